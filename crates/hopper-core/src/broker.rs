@@ -1,0 +1,218 @@
+//! The [`Broker`] trait every backend implements, and the values that cross it.
+//!
+//! The required surface is small: enqueue, fetch under a lease, settle, renew, and the
+//! inspection calls a worker and an operator need. What a backend cannot do it says in
+//! [`Capabilities`], and the call returns [`Error::NotSupported`](crate::Error::NotSupported).
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use crate::error::Result;
+use crate::job::{Job, JobId, LeaseId, Millis, NewJob};
+
+/// How many jobs one fetch may take from one queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// The queue.
+    pub queue: String,
+    /// The most jobs to take from it (at least 1).
+    pub limit: usize,
+}
+
+/// One request for work: per-queue budgets served in one round trip under one lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchRequest {
+    /// The queues to take from and how many from each.
+    pub budgets: Vec<Budget>,
+    /// How long the lease lasts unless renewed.
+    pub lease_ttl: Duration,
+}
+
+impl FetchRequest {
+    /// A request for up to `limit` jobs from one queue.
+    pub fn one(queue: impl Into<String>, limit: usize, lease_ttl: Duration) -> Self {
+        FetchRequest {
+            budgets: vec![Budget {
+                queue: queue.into(),
+                limit,
+            }],
+            lease_ttl,
+        }
+    }
+
+    /// The most jobs this request can return.
+    pub fn total(&self) -> usize {
+        self.budgets.iter().map(|b| b.limit).sum()
+    }
+}
+
+/// What one fetch returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    /// The lease every returned job is held under.
+    pub lease: LeaseId,
+    /// The jobs, in global order: priority descending, then `run_at`, then id.
+    pub jobs: Vec<Job>,
+    /// When the fetch came back short: the earliest `run_at` of a delayed job in the asked
+    /// queues, if the broker knows it cheaply. Lets an idle worker sleep exactly that long.
+    pub next_due: Option<Millis>,
+}
+
+/// How a job ends one hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done: removed, or kept as completed where the broker retains finished jobs.
+    Ack,
+    /// Failed this attempt; back to its queue after `delay`. The attempt stays charged.
+    Retry {
+        /// Wait before the next attempt.
+        delay: Duration,
+        /// The error of this attempt, kept as the job's last error.
+        error: String,
+    },
+    /// Kept aside with its error, for inspection and replay.
+    DeadLetter {
+        /// Why the job was dead-lettered.
+        error: String,
+    },
+    /// Handed back unstarted: pending again, the attempt not charged.
+    Release,
+    /// Cancelled before it started; never runs.
+    Cancel,
+}
+
+/// A settlement: one job, the lease it was held under, and its outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    /// The job.
+    pub job: JobId,
+    /// The lease the settler holds it under. A broker ignores a settlement whose lease is
+    /// no longer the job's (fencing).
+    pub lease: LeaseId,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+/// What a batch of settlements did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SettleReport {
+    /// Settlements applied.
+    pub applied: usize,
+    /// Jobs whose settlement was ignored because the lease named was no longer theirs.
+    pub fenced: Vec<JobId>,
+}
+
+/// Where a job stands in its broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Waiting to be fetched (possibly not due yet).
+    Pending,
+    /// Held by a fetch's lease.
+    Leased,
+    /// Finished and retained.
+    Completed,
+    /// Dead-lettered.
+    Dead,
+    /// Cancelled before it ran.
+    Cancelled,
+}
+
+/// A job as the broker stores it, for inspection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRecord {
+    /// The job's fields; `lease` is the current lease when leased, else `LeaseId(0)`.
+    pub job: Job,
+    /// Its state.
+    pub state: JobState,
+    /// The error of the last failed attempt, if any.
+    pub last_error: Option<String>,
+}
+
+/// Jobs of one queue by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Waiting and due.
+    pub pending: u64,
+    /// Waiting, not due yet (delayed or backing off).
+    pub scheduled: u64,
+    /// Held by some worker's lease.
+    pub leased: u64,
+    /// Dead-lettered.
+    pub dead: u64,
+}
+
+/// What [`Broker::cancel`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The job was pending and will never run.
+    Cancelled,
+    /// A worker holds it under this lease; only that worker can still cancel it.
+    Held(LeaseId),
+    /// No such job, or it already finished.
+    NotFound,
+}
+
+/// What a broker can do, so the runtime and tools can adapt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// A short name: `memory`, `sqlite`, ….
+    pub name: &'static str,
+    /// Jobs survive the process.
+    pub durable: bool,
+    /// Jobs live in this process, so fetching is a hand-off in memory: a worker keeps
+    /// a wide window and batches hand-offs (DESIGN.md §7).
+    pub in_process: bool,
+    /// `run_at` and delays are honoured.
+    pub delayed: bool,
+    /// Priorities order the queue.
+    pub priorities: bool,
+    /// Leases expire and fence stale holders.
+    pub leases: bool,
+    /// Topics (publish once, many subscriptions).
+    pub topics: bool,
+}
+
+/// A store of queued jobs. See the module docs.
+#[async_trait]
+pub trait Broker: Send + Sync + Debug + 'static {
+    /// What this broker supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Accepts jobs, all in one round trip, and returns their ids in order.
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>>;
+
+    /// Claims up to each budget's limit of due jobs, all under one new lease, charging each
+    /// job an attempt. Never returns more than asked, even under concurrent fetches.
+    async fn fetch(&self, request: FetchRequest) -> Result<Fetched>;
+
+    /// Applies settlements, in one round trip.
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport>;
+
+    /// Extends the given leases to `ttl` from now, in one round trip. Returns the leases
+    /// that were already lost (expired and taken back), whose jobs the caller must drop.
+    async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>>;
+
+    /// Cancels a pending job.
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome>;
+
+    /// One job's record, if the broker still has it.
+    async fn job(&self, id: JobId) -> Result<Option<JobRecord>>;
+
+    /// A queue's jobs by state.
+    async fn counts(&self, queue: &str) -> Result<QueueCounts>;
+
+    /// Dead-lettered jobs of a queue, oldest first, at most `limit`.
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>>;
+
+    /// Removes every job of a queue, in every state. Returns how many went.
+    async fn purge(&self, queue: &str) -> Result<u64>;
+
+    /// A signal that changes whenever new work may be available (an enqueue, a retry, a
+    /// release). Workers wait on it while idle; without one they poll.
+    fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
+}

@@ -1,0 +1,208 @@
+//! Jobs as producers create them ([`NewJob`]) and as workers receive them ([`Job`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::error::{ConfigError, Error};
+
+/// Attempts a job gets when its producer names no other number (Sidekiq's default).
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
+
+/// A job's id, unique within one broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct JobId(pub i64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The claim one fetch holds on every job it returned.
+///
+/// Settling or renewing names the lease; once a lease has expired and its jobs went back to
+/// their queue, a settlement naming it changes nothing (fencing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct LeaseId(pub i64);
+
+impl LeaseId {
+    /// A fresh random lease id. Random rather than sequential so that several processes
+    /// sharing one store never mint the same id without coordinating.
+    pub fn random() -> Self {
+        LeaseId(fastrand::i64(1..i64::MAX))
+    }
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// Milliseconds since the Unix epoch: how brokers store times.
+pub type Millis = i64;
+
+/// Converts a wall-clock time to [`Millis`].
+pub fn to_millis(t: SystemTime) -> Millis {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => d.as_millis() as i64,
+        Err(e) => -(e.duration().as_millis() as i64),
+    }
+}
+
+/// Converts [`Millis`] back to a wall-clock time.
+pub fn from_millis(ms: Millis) -> SystemTime {
+    if ms >= 0 {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        SystemTime::UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    }
+}
+
+/// Checks a queue name against `[A-Za-z0-9_.:-]{1,128}`.
+pub fn validate_queue_name(name: &str) -> Result<(), ConfigError> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
+    if name.is_empty() || name.len() > 128 || !name.chars().all(ok_char) {
+        return Err(ConfigError::new(
+            "queue",
+            name,
+            "1 to 128 characters from A-Z a-z 0-9 _ . : -",
+        ));
+    }
+    Ok(())
+}
+
+/// When a new job may run: now, at a time, or after a delay counted from enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunAt {
+    /// As soon as a worker is free.
+    Now,
+    /// Not before this time.
+    At(SystemTime),
+    /// Not before this long after the broker accepted the job.
+    After(Duration),
+}
+
+/// A job as a producer describes it, before a broker has accepted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJob {
+    /// The queue the job goes to.
+    pub queue: String,
+    /// The payload: JSON when made by [`NewJob::json`], any bytes otherwise.
+    pub payload: Vec<u8>,
+    /// Higher runs first. Default 0.
+    pub priority: i32,
+    /// When the job may run.
+    pub run_at: RunAt,
+    /// Attempts before the job is dead-lettered. Default [`DEFAULT_MAX_ATTEMPTS`].
+    pub max_attempts: u32,
+    /// Free-form string headers, kept with the job.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl NewJob {
+    /// A job carrying raw bytes.
+    pub fn new(queue: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        NewJob {
+            queue: queue.into(),
+            payload: payload.into(),
+            priority: 0,
+            run_at: RunAt::Now,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            headers: BTreeMap::new(),
+        }
+    }
+
+    /// A job whose payload is `value` serialised as JSON.
+    pub fn json<T: Serialize + ?Sized>(queue: impl Into<String>, value: &T) -> Result<Self, Error> {
+        let payload = serde_json::to_vec(value).map_err(|e| Error::Encode(e.to_string()))?;
+        Ok(NewJob::new(queue, payload))
+    }
+
+    /// Sets the priority (higher runs first).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Runs the job no earlier than `delay` after enqueue.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.run_at = RunAt::After(delay);
+        self
+    }
+
+    /// Runs the job no earlier than `at`.
+    pub fn run_at(mut self, at: SystemTime) -> Self {
+        self.run_at = RunAt::At(at);
+        self
+    }
+
+    /// Sets the number of attempts before the job is dead-lettered (at least 1).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(key.into(), value.into());
+        self
+    }
+
+    /// The time the job may first run, given the broker's `now`.
+    pub fn run_at_millis(&self, now: Millis) -> Millis {
+        match self.run_at {
+            RunAt::Now => now,
+            RunAt::At(t) => to_millis(t),
+            RunAt::After(d) => now + d.as_millis() as i64,
+        }
+    }
+
+    /// Checks what a broker must refuse: a bad queue name.
+    pub fn validate(&self) -> Result<(), Error> {
+        validate_queue_name(&self.queue).map_err(Error::Config)
+    }
+}
+
+/// A job as a worker holds it: claimed under a lease by one fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// The broker's id for the job.
+    pub id: JobId,
+    /// The queue it was taken from.
+    pub queue: String,
+    /// The payload bytes.
+    pub payload: Vec<u8>,
+    /// Higher runs first.
+    pub priority: i32,
+    /// Not run before this time (ms since the epoch).
+    pub run_at: Millis,
+    /// Attempts charged so far, this one included (1 on the first run).
+    pub attempt: u32,
+    /// Attempts allowed before the job is dead-lettered.
+    pub max_attempts: u32,
+    /// The producer's headers.
+    pub headers: BTreeMap<String, String>,
+    /// When the broker accepted the job (ms since the epoch).
+    pub created_at: Millis,
+    /// The lease of the fetch that returned this job, shared by every job of that fetch.
+    pub lease: LeaseId,
+}
+
+impl Job {
+    /// Decodes the payload as JSON.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
+        serde_json::from_slice(&self.payload).map_err(|e| Error::Decode {
+            job: self.id,
+            message: e.to_string(),
+        })
+    }
+
+    /// Whether this attempt is the last one allowed.
+    pub fn is_last_attempt(&self) -> bool {
+        self.attempt >= self.max_attempts
+    }
+}

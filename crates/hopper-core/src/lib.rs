@@ -1,0 +1,27 @@
+//! Hopper's core: the job model, the broker traits, the worker runtime and the in-process
+//! broker. It depends on no backend; brokers live in their own crates.
+//!
+//! # Layout
+//! - [`job`]: [`NewJob`] as producers make it, [`Job`] as workers hold it, ids and times.
+//! - [`broker`]: the [`Broker`] trait, fetch requests, settlements and capabilities.
+//! - [`prefetch`]: the fetch policies ([`Prefetch`]) and the adaptive [`AutoSizer`].
+//! - [`retry`]: [`RetryPolicy`], exponential backoff with jitter.
+//! - [`clock`]: where brokers read the time, so tests can run on tokio's paused clock.
+//! - [`error`]: [`Error`] and [`ConfigError`].
+
+pub mod broker;
+pub mod clock;
+pub mod error;
+pub mod job;
+pub mod prefetch;
+pub mod retry;
+
+pub use broker::{
+    Broker, Budget, CancelOutcome, Capabilities, FetchRequest, Fetched, JobRecord, JobState,
+    Outcome, QueueCounts, SettleReport, Settlement,
+};
+pub use clock::Clock;
+pub use error::{ConfigError, Error, Result};
+pub use job::{Job, JobId, LeaseId, Millis, NewJob, RunAt};
+pub use prefetch::{AutoSizer, Prefetch};
+pub use retry::RetryPolicy;
