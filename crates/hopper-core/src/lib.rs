@@ -6,6 +6,8 @@
 //! - [`broker`]: the [`Broker`] trait, fetch requests, settlements and capabilities.
 //! - [`prefetch`]: the fetch policies ([`Prefetch`]) and the adaptive [`AutoSizer`].
 //! - [`retry`]: [`RetryPolicy`], exponential backoff with jitter.
+//! - [`worker`]: the [`Worker`] runtime: event loop, elastic pool, settlements, leases.
+//! - [`memory`]: the in-process broker and its topics.
 //! - [`clock`]: where brokers read the time, so tests can run on tokio's paused clock.
 //! - [`error`]: [`Error`] and [`ConfigError`].
 
@@ -13,8 +15,10 @@ pub mod broker;
 pub mod clock;
 pub mod error;
 pub mod job;
+pub mod memory;
 pub mod prefetch;
 pub mod retry;
+pub mod worker;
 
 pub use broker::{
     Broker, Budget, CancelOutcome, Capabilities, FetchRequest, Fetched, JobRecord, JobState,
@@ -23,5 +27,10 @@ pub use broker::{
 pub use clock::Clock;
 pub use error::{ConfigError, Error, Result};
 pub use job::{Job, JobId, LeaseId, Millis, NewJob, RunAt};
+pub use memory::MemoryBroker;
 pub use prefetch::{AutoSizer, Prefetch};
 pub use retry::RetryPolicy;
+pub use worker::{
+    JobContext, JobError, JobResult, QueueOptions, QueueStats, Worker, WorkerCounts, WorkerHandle,
+    WorkerStats,
+};

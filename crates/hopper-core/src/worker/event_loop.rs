@@ -1,0 +1,955 @@
+//! The event loop: one task that owns every queue's buffer and window, and decides what to
+//! fetch, what to hand to the pool, what to settle and which leases to renew.
+//!
+//! Nothing in here waits on the broker: fetches, settlements and renewals run as spawned
+//! tasks that report back as [`Event`]s, so the loop keeps handing out work while a round
+//! trip is in flight, and free slots accumulate into the next fetch instead of each making
+//! a round trip of its own.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until};
+
+use super::pool::{self, Done, Handoff, PoolContext, Work};
+use super::stats::{QueueStats, WorkerStats, push_size};
+use super::{Command, HANDOFF_MAX, QueueOptions, QueueSpec, WorkerConfig};
+use crate::broker::{Broker, Budget, FetchRequest, Fetched, Outcome, SettleReport, Settlement};
+use crate::error::{ConfigError, Error, Result};
+use crate::job::{Job, JobId, LeaseId, to_millis};
+use crate::prefetch::{AUTO_CEILING, AutoSizer, Prefetch};
+
+/// Hand-offs are sized to arrive about this far apart (DESIGN.md §7).
+const HANDOFF_SPACING: Duration = Duration::from_micros(32);
+
+pub(crate) enum Event {
+    Command(Command),
+    Fetched {
+        result: Result<Fetched>,
+        asked: Vec<(usize, usize)>,
+    },
+    TaskDone {
+        task: usize,
+        done: Vec<Done>,
+        elapsed: Duration,
+    },
+    Settled {
+        result: Result<SettleReport>,
+        batch: Vec<Settlement>,
+    },
+    Renewed(Result<Vec<LeaseId>>),
+}
+
+/// The largest window a queue's options can lead to; used to check lease renewal.
+pub(crate) fn max_window(o: &QueueOptions, in_process: bool) -> usize {
+    let per_slot = o.batch.map_or(1, |(size, _)| size);
+    match o.prefetch {
+        None if in_process => o.concurrency * per_slot.max(HANDOFF_MAX),
+        None | Some(Prefetch::Slots) => o.concurrency * per_slot,
+        Some(Prefetch::Fixed(n)) => n.max(o.concurrency),
+        Some(Prefetch::Auto) => o.concurrency * AUTO_CEILING,
+    }
+}
+
+struct QState {
+    name: String,
+    opts: QueueOptions,
+    buffer: VecDeque<Job>,
+    /// Pool tasks working on this queue.
+    busy: usize,
+    /// Jobs handed to tasks and not reported back (waiting or running).
+    in_handoffs: usize,
+    sizer: Option<AutoSizer>,
+    paused: bool,
+    /// The last fetch came back short: wait for a wake-up, a due job or the poll.
+    drained: bool,
+    seen_priority: bool,
+    /// When the batch now collecting got its first job.
+    batch_since: Option<Instant>,
+}
+
+enum TaskWork {
+    Jobs(Arc<Handoff>),
+    Batch {
+        queue: usize,
+        held: Vec<(JobId, LeaseId)>,
+    },
+}
+
+struct Task {
+    tx: mpsc::UnboundedSender<Work>,
+    join: JoinHandle<()>,
+    work: Option<TaskWork>,
+}
+
+struct Stopping {
+    deadline: Instant,
+    replies: Vec<oneshot::Sender<()>>,
+}
+
+pub(crate) struct EventLoop {
+    broker: Arc<dyn Broker>,
+    in_process: bool,
+    cfg: WorkerConfig,
+    queues: Vec<QState>,
+    by_name: HashMap<String, usize>,
+    events: mpsc::UnboundedSender<Event>,
+    rx: mpsc::UnboundedReceiver<Event>,
+    stats: Arc<Mutex<WorkerStats>>,
+    ctx: Arc<PoolContext>,
+    tasks: Vec<Option<Task>>,
+    idle: Vec<usize>,
+    live: usize,
+    limit: usize,
+    fetch_in_flight: bool,
+    fetch_retry_at: Option<Instant>,
+    fetch_backoff: Duration,
+    settles: Vec<Settlement>,
+    settle_since: Option<Instant>,
+    settle_in_flight: bool,
+    settle_retry_at: Option<Instant>,
+    leases: HashMap<LeaseId, usize>,
+    lost: HashSet<LeaseId>,
+    renew_in_flight: bool,
+    next_renew: Instant,
+    wake: Option<watch::Receiver<u64>>,
+    next_poll: Option<Instant>,
+    next_due: Option<Instant>,
+    /// Time per job of the last timed hand-off.
+    job_time: Option<Duration>,
+    rotate: usize,
+    stopping: Option<Stopping>,
+}
+
+enum Woke {
+    Event(Option<Event>),
+    Timer,
+    Signal,
+}
+
+impl EventLoop {
+    pub(crate) fn new(
+        broker: Arc<dyn Broker>,
+        specs: Vec<QueueSpec>,
+        cfg: WorkerConfig,
+        events: mpsc::UnboundedSender<Event>,
+        rx: mpsc::UnboundedReceiver<Event>,
+        stats: Arc<Mutex<WorkerStats>>,
+    ) -> Self {
+        let caps = broker.capabilities();
+        let mut handlers = Vec::new();
+        let mut queues = Vec::new();
+        let mut by_name = HashMap::new();
+        for (i, spec) in specs.into_iter().enumerate() {
+            by_name.insert(spec.name.clone(), i);
+            handlers.push(spec.handler);
+            queues.push(QState {
+                sizer: (spec.options.prefetch == Some(Prefetch::Auto)).then(AutoSizer::default),
+                name: spec.name,
+                opts: spec.options,
+                buffer: VecDeque::new(),
+                busy: 0,
+                in_handoffs: 0,
+                paused: false,
+                drained: false,
+                seen_priority: false,
+                batch_since: None,
+            });
+        }
+        {
+            let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
+            for q in &queues {
+                st.queues.insert(q.name.clone(), QueueStats::default());
+            }
+        }
+        let limit = cfg
+            .max_concurrency
+            .unwrap_or_else(|| queues.iter().map(|q| q.opts.concurrency).sum());
+        let ctx = Arc::new(PoolContext {
+            handlers,
+            retry: cfg.retry,
+            events: events.clone(),
+        });
+        let wake = broker.wake_signal();
+        EventLoop {
+            in_process: caps.in_process,
+            next_renew: Instant::now() + cfg.lease_ttl / 3,
+            broker,
+            cfg,
+            queues,
+            by_name,
+            events,
+            rx,
+            stats,
+            ctx,
+            tasks: Vec::new(),
+            idle: Vec::new(),
+            live: 0,
+            limit,
+            fetch_in_flight: false,
+            fetch_retry_at: None,
+            fetch_backoff: Duration::from_millis(50),
+            settles: Vec::new(),
+            settle_since: None,
+            settle_in_flight: false,
+            settle_retry_at: None,
+            leases: HashMap::new(),
+            lost: HashSet::new(),
+            renew_in_flight: false,
+            wake,
+            next_poll: None,
+            next_due: None,
+            job_time: None,
+            rotate: 0,
+            stopping: None,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        self.spawn_task();
+        loop {
+            {
+                let stats = self.stats.clone();
+                let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
+                self.step(&mut st);
+                if self.finished() {
+                    break;
+                }
+            }
+            let deadline = self.next_deadline();
+            let wake_wanted = self.queues.iter().any(|q| q.drained);
+            let woke = {
+                let rx = &mut self.rx;
+                let wake = &mut self.wake;
+                tokio::select! {
+                    biased;
+                    ev = rx.recv() => Woke::Event(ev),
+                    _ = sleep_until(deadline) => Woke::Timer,
+                    changed = async { wake.as_mut().expect("checked").changed().await },
+                        if wake_wanted && wake.is_some() =>
+                    {
+                        if changed.is_err() {
+                            *wake = None;
+                        }
+                        Woke::Signal
+                    }
+                }
+            };
+            let stats = self.stats.clone();
+            let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
+            match woke {
+                Woke::Event(None) => break,
+                Woke::Event(Some(ev)) => {
+                    self.handle(ev, &mut st);
+                    for _ in 0..1024 {
+                        match self.rx.try_recv() {
+                            Ok(ev) => self.handle(ev, &mut st),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Woke::Timer => {}
+                Woke::Signal => self.undrain(),
+            }
+        }
+        for task in self.tasks.drain(..).flatten() {
+            drop(task.tx);
+        }
+        if let Some(stopping) = self.stopping.take() {
+            for r in stopping.replies {
+                let _ = r.send(());
+            }
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.stopping.is_some()
+            && self.idle.len() == self.live
+            && !self.fetch_in_flight
+            && self.settles.is_empty()
+            && !self.settle_in_flight
+    }
+
+    fn undrain(&mut self) {
+        for q in &mut self.queues {
+            q.drained = false;
+        }
+        self.next_poll = None;
+        self.next_due = None;
+    }
+
+    fn next_deadline(&self) -> Instant {
+        let mut at = Instant::now() + Duration::from_secs(3600);
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                at = at.min(t);
+            }
+        };
+        if !self.settles.is_empty() && !self.settle_in_flight {
+            consider(self.settle_since.map(|s| s + self.cfg.settle_delay));
+            consider(self.settle_retry_at);
+        }
+        for q in &self.queues {
+            if let (Some(since), Some((_, wait))) = (q.batch_since, q.opts.batch) {
+                if !q.buffer.is_empty() {
+                    consider(Some(since + wait));
+                }
+            }
+        }
+        consider(self.next_poll);
+        consider(self.next_due);
+        consider(self.fetch_retry_at);
+        if self.cfg.lease_renewal && !self.leases.is_empty() && !self.renew_in_flight {
+            consider(Some(self.next_renew));
+        }
+        consider(self.stopping.as_ref().map(|s| s.deadline));
+        at
+    }
+
+    // ---- one pass: timers, hand-offs, fetch, settlements, renewals, pool size ----
+
+    fn step(&mut self, st: &mut WorkerStats) {
+        let now = Instant::now();
+        if self.next_poll.is_some_and(|t| t <= now) || self.next_due.is_some_and(|t| t <= now) {
+            self.undrain();
+        }
+        if self.stopping.as_ref().is_some_and(|s| s.deadline <= now) {
+            self.abandon_running(st);
+        }
+        self.dispatch(now, st);
+        self.maybe_fetch(now);
+        self.maybe_settle(now);
+        self.maybe_renew(now);
+        self.shrink_pool();
+        if self.next_poll.is_none() && self.queues.iter().any(|q| q.drained) {
+            self.next_poll = Some(now + self.cfg.poll_interval);
+        }
+        st.running = self
+            .tasks
+            .iter()
+            .flatten()
+            .filter(|t| t.work.is_some())
+            .count();
+        st.buffered = self
+            .queues
+            .iter()
+            .map(|q| q.buffer.len() + q.in_handoffs - q.busy.min(q.in_handoffs))
+            .sum();
+        st.pool_tasks = self.live;
+        st.idle_tasks = self.idle.len();
+        st.peak_pool_tasks = st.peak_pool_tasks.max(self.live);
+    }
+
+    fn window(&self, q: &QState) -> usize {
+        let c = q.opts.concurrency;
+        let per_slot = q.opts.batch.map_or(1, |(size, _)| size);
+        match q.opts.prefetch {
+            None if self.in_process => c * per_slot.max(HANDOFF_MAX),
+            None | Some(Prefetch::Slots) => c * per_slot,
+            Some(Prefetch::Fixed(n)) => n.max(c),
+            Some(Prefetch::Auto) => c * q.sizer.as_ref().map_or(1, AutoSizer::size),
+        }
+    }
+
+    fn task_available(&self) -> bool {
+        !self.idle.is_empty() || self.live < self.limit
+    }
+
+    fn dispatch(&mut self, now: Instant, st: &mut WorkerStats) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let n = self.queues.len();
+        self.rotate = (self.rotate + 1) % n;
+        for i in 0..n {
+            let qi = (self.rotate + i) % n;
+            loop {
+                let q = &self.queues[qi];
+                if q.paused || q.buffer.is_empty() || q.busy >= q.opts.concurrency {
+                    break;
+                }
+                if !self.task_available() {
+                    return;
+                }
+                let work = match q.opts.batch {
+                    Some((size, wait)) => {
+                        let close = size.min(self.window(q));
+                        let due = q.batch_since.is_some_and(|t| t + wait <= now);
+                        if q.buffer.len() < close && !due {
+                            break;
+                        }
+                        let take = close.min(q.buffer.len());
+                        let q = &mut self.queues[qi];
+                        let jobs: Vec<Job> = q.buffer.drain(..take).collect();
+                        q.batch_since = (!q.buffer.is_empty()).then_some(now);
+                        push_size(
+                            &mut st.queues.entry(q.name.clone()).or_default().batch_sizes,
+                            take,
+                        );
+                        let held = jobs.iter().map(|j| (j.id, j.lease)).collect();
+                        (
+                            Work::Batch { queue: qi, jobs },
+                            TaskWork::Batch { queue: qi, held },
+                            take,
+                        )
+                    }
+                    None => {
+                        let k = self.handoff_size(q);
+                        let q = &mut self.queues[qi];
+                        let jobs: VecDeque<Job> = q.buffer.drain(..k).collect();
+                        let h = Arc::new(Handoff::new(qi, jobs));
+                        (Work::Jobs(h.clone()), TaskWork::Jobs(h), k)
+                    }
+                };
+                let (work, record, k) = work;
+                push_size(&mut st.handoff_sizes, k);
+                let q = &mut self.queues[qi];
+                q.busy += 1;
+                q.in_handoffs += k;
+                self.give(work, record);
+            }
+        }
+    }
+
+    /// Jobs in the next hand-off of a one-job queue (DESIGN.md §7).
+    fn handoff_size(&self, q: &QState) -> usize {
+        if self.queues.len() > 1 || q.seen_priority {
+            return 1;
+        }
+        let c = q.opts.concurrency.min(self.limit).max(1);
+        let even = (q.buffer.len() / c).max(1);
+        let by_time = match self.job_time {
+            None if c == 1 => HANDOFF_MAX,
+            None => 1,
+            Some(t) if t.is_zero() => HANDOFF_MAX,
+            Some(t) => ((HANDOFF_SPACING.as_nanos() / t.as_nanos()) as usize).max(1),
+        };
+        even.min(by_time).min(HANDOFF_MAX).min(q.buffer.len())
+    }
+
+    fn spawn_task(&mut self) -> usize {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let index = match self.tasks.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.tasks.push(None);
+                self.tasks.len() - 1
+            }
+        };
+        let join = tokio::spawn(pool::run_task(index, self.ctx.clone(), rx));
+        self.tasks[index] = Some(Task {
+            tx,
+            join,
+            work: None,
+        });
+        self.live += 1;
+        self.idle.push(index);
+        index
+    }
+
+    fn give(&mut self, work: Work, record: TaskWork) {
+        let index = match self.idle.pop() {
+            Some(i) => i,
+            None => {
+                self.spawn_task();
+                self.idle.pop().expect("just spawned")
+            }
+        };
+        let task = self.tasks[index].as_mut().expect("idle tasks are alive");
+        task.work = Some(record);
+        // A send fails only if the task died, which it does only when aborted at shutdown.
+        let _ = task.tx.send(work);
+    }
+
+    fn shrink_pool(&mut self) {
+        let waiting = self.queues.iter().any(|q| !q.buffer.is_empty());
+        while !waiting && self.idle.len() > 1 {
+            let index = self.idle.pop().expect("more than one");
+            self.tasks[index] = None;
+            self.live -= 1;
+        }
+    }
+
+    fn fetch_want(&self, q: &QState) -> usize {
+        if q.paused || q.drained {
+            return 0;
+        }
+        let window = self.window(q);
+        let low_water = q.opts.batch.map_or(1, |(size, _)| size.min(window));
+        if q.buffer.len() >= low_water {
+            return 0;
+        }
+        let slot_free = q.busy < q.opts.concurrency;
+        if q.opts.batch.is_none() && !slot_free && !q.opts.pop_ahead {
+            return 0;
+        }
+        let mut held = q.buffer.len() + q.in_handoffs;
+        if q.opts.pop_ahead {
+            held -= q.busy.min(q.in_handoffs);
+        }
+        let room = window.saturating_sub(held);
+        let policy = match (&q.sizer, q.opts.prefetch) {
+            (Some(sizer), _) => sizer.size(),
+            _ => room,
+        };
+        policy.min(room).min(q.opts.max_batch)
+    }
+
+    fn maybe_fetch(&mut self, now: Instant) {
+        if self.fetch_in_flight
+            || self.stopping.is_some()
+            || self.fetch_retry_at.is_some_and(|t| t > now)
+        {
+            return;
+        }
+        self.fetch_retry_at = None;
+        let asked: Vec<(usize, usize)> = (0..self.queues.len())
+            .map(|i| (i, self.fetch_want(&self.queues[i])))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        if asked.is_empty() {
+            return;
+        }
+        if let Some(w) = self.wake.as_mut() {
+            // Anything enqueued from here on wakes a queue this fetch may find drained.
+            w.borrow_and_update();
+        }
+        let request = FetchRequest {
+            budgets: asked
+                .iter()
+                .map(|&(i, n)| Budget {
+                    queue: self.queues[i].name.clone(),
+                    limit: n,
+                })
+                .collect(),
+            lease_ttl: self.cfg.lease_ttl,
+        };
+        self.fetch_in_flight = true;
+        let broker = self.broker.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let result = broker.fetch(request).await;
+            let _ = events.send(Event::Fetched { result, asked });
+        });
+    }
+
+    fn maybe_settle(&mut self, now: Instant) {
+        if self.settles.is_empty()
+            || self.settle_in_flight
+            || self.settle_retry_at.is_some_and(|t| t > now)
+        {
+            return;
+        }
+        let due = self.settles.len() >= self.cfg.settle_batch
+            || self.stopping.is_some()
+            || self
+                .settle_since
+                .is_some_and(|s| s + self.cfg.settle_delay <= now);
+        if !due {
+            return;
+        }
+        self.settle_retry_at = None;
+        self.settle_since = None;
+        self.settle_in_flight = true;
+        let batch = std::mem::take(&mut self.settles);
+        let broker = self.broker.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let result = broker.settle(batch.clone()).await;
+            let _ = events.send(Event::Settled { result, batch });
+        });
+    }
+
+    fn maybe_renew(&mut self, now: Instant) {
+        if !self.cfg.lease_renewal || self.renew_in_flight || now < self.next_renew {
+            return;
+        }
+        self.next_renew = now + self.cfg.lease_ttl / 3;
+        if self.leases.is_empty() {
+            return;
+        }
+        self.renew_in_flight = true;
+        let leases: Vec<LeaseId> = self.leases.keys().copied().collect();
+        let (broker, events, ttl) = (self.broker.clone(), self.events.clone(), self.cfg.lease_ttl);
+        tokio::spawn(async move {
+            let result = broker.renew(&leases, ttl).await;
+            let _ = events.send(Event::Renewed(result));
+        });
+    }
+
+    // ---- events ----
+
+    fn handle(&mut self, ev: Event, st: &mut WorkerStats) {
+        match ev {
+            Event::Command(cmd) => self.command(cmd, st),
+            Event::Fetched { result, asked } => self.fetched(result, asked, st),
+            Event::TaskDone {
+                task,
+                done,
+                elapsed,
+            } => self.task_done(task, done, elapsed, st),
+            Event::Settled { result, batch } => {
+                self.settle_in_flight = false;
+                match result {
+                    Ok(report) => {
+                        st.settle_calls += 1;
+                        if !report.fenced.is_empty() {
+                            tracing::debug!(
+                                fenced = report.fenced.len(),
+                                "settlements ignored: their leases had expired"
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, count = batch.len(), "settlement failed; retrying");
+                        let mut batch = batch;
+                        batch.append(&mut self.settles);
+                        self.settles = batch;
+                        self.settle_retry_at = Some(Instant::now() + Duration::from_millis(200));
+                    }
+                }
+            }
+            Event::Renewed(result) => {
+                self.renew_in_flight = false;
+                match result {
+                    Ok(lost) => {
+                        for lease in lost {
+                            self.lease_lost(lease);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "lease renewal failed; retrying"),
+                }
+            }
+        }
+    }
+
+    fn fetched(
+        &mut self,
+        result: Result<Fetched>,
+        asked: Vec<(usize, usize)>,
+        st: &mut WorkerStats,
+    ) {
+        self.fetch_in_flight = false;
+        let fetched = match result {
+            Ok(f) => {
+                self.fetch_backoff = Duration::from_millis(50);
+                f
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?self.fetch_backoff, "fetch failed");
+                self.fetch_retry_at = Some(Instant::now() + self.fetch_backoff);
+                self.fetch_backoff = (self.fetch_backoff * 2).min(Duration::from_secs(5));
+                return;
+            }
+        };
+        let now = Instant::now();
+        let mut got = vec![0usize; self.queues.len()];
+        for job in &fetched.jobs {
+            if let Some(&qi) = self.by_name.get(&job.queue) {
+                got[qi] += 1;
+            }
+        }
+        for &(qi, n) in &asked {
+            let q = &mut self.queues[qi];
+            if let Some(sizer) = q.sizer.as_mut() {
+                sizer.fetched(n, got[qi]);
+            }
+            if got[qi] < n {
+                q.drained = true;
+            }
+            if got[qi] > 0 {
+                push_size(
+                    &mut st.queues.entry(q.name.clone()).or_default().fetch_sizes,
+                    got[qi],
+                );
+            }
+        }
+        if let Some(due) = fetched.next_due {
+            let wait = (due - to_millis(SystemTime::now())).clamp(0, i64::MAX) as u64;
+            let wait = Duration::from_millis(wait).min(self.cfg.poll_interval);
+            let at = now + wait;
+            self.next_due = Some(self.next_due.map_or(at, |d| d.min(at)));
+        }
+        if fetched.jobs.is_empty() {
+            st.empty_fetches += 1;
+            return;
+        }
+        st.fetches += 1;
+        st.fetched_jobs += fetched.jobs.len() as u64;
+        push_size(&mut st.batch_sizes, fetched.jobs.len());
+        self.leases.insert(fetched.lease, fetched.jobs.len());
+        for job in fetched.jobs {
+            let Some(&qi) = self.by_name.get(&job.queue) else {
+                tracing::warn!(queue = %job.queue, id = %job.id, "fetch returned a job of a queue not asked for; releasing it");
+                self.settle(job.id, job.lease, Outcome::Release, st);
+                continue;
+            };
+            let q = &mut self.queues[qi];
+            if q.paused || self.stopping.is_some() {
+                self.settle(job.id, job.lease, Outcome::Release, st);
+                continue;
+            }
+            if job.priority != 0 {
+                q.seen_priority = true;
+            }
+            if q.buffer.is_empty() {
+                q.batch_since = Some(now);
+            }
+            q.buffer.push_back(job);
+        }
+        for q in &self.queues {
+            let held = q.buffer.len() + q.in_handoffs;
+            let qs = st.queues.entry(q.name.clone()).or_default();
+            qs.peak_held = qs.peak_held.max(held);
+        }
+    }
+
+    fn task_done(&mut self, task: usize, done: Vec<Done>, elapsed: Duration, st: &mut WorkerStats) {
+        let Some(slot) = self.tasks.get_mut(task).and_then(Option::as_mut) else {
+            return; // abandoned at the end of the grace period; its jobs were released
+        };
+        let Some(work) = slot.work.take() else {
+            return;
+        };
+        self.idle.push(task);
+        let qi = match work {
+            TaskWork::Jobs(h) => {
+                if !done.is_empty() {
+                    self.job_time = Some(elapsed / done.len() as u32);
+                }
+                h.queue
+            }
+            TaskWork::Batch { queue, .. } => queue,
+        };
+        let q = &mut self.queues[qi];
+        q.busy -= 1;
+        q.in_handoffs -= done.len();
+        for d in done {
+            let q = &mut self.queues[qi];
+            if let Some(sizer) = q.sizer.as_mut() {
+                sizer.record(d.took);
+            }
+            match &d.outcome {
+                Outcome::Ack => {
+                    st.completed += 1;
+                    st.queues.entry(q.name.clone()).or_default().completed += 1;
+                }
+                Outcome::Retry { .. } => st.retried += 1,
+                Outcome::DeadLetter { .. } => st.dead += 1,
+                Outcome::Release => st.released += 1,
+                Outcome::Cancel => st.cancelled += 1,
+            }
+            self.settle_counted(d.id, d.lease, d.outcome);
+        }
+    }
+
+    /// Queues a settlement for a job this worker held, counting it in the stats.
+    fn settle(&mut self, id: JobId, lease: LeaseId, outcome: Outcome, st: &mut WorkerStats) {
+        match outcome {
+            Outcome::Release => st.released += 1,
+            Outcome::Cancel => st.cancelled += 1,
+            _ => {}
+        }
+        self.settle_counted(id, lease, outcome);
+    }
+
+    fn settle_counted(&mut self, id: JobId, lease: LeaseId, outcome: Outcome) {
+        if let Some(n) = self.leases.get_mut(&lease) {
+            *n -= 1;
+            if *n == 0 {
+                self.leases.remove(&lease);
+            }
+        }
+        if self.lost.contains(&lease) {
+            return;
+        }
+        if self.settles.is_empty() {
+            self.settle_since = Some(Instant::now());
+        }
+        self.settles.push(Settlement {
+            job: id,
+            lease,
+            outcome,
+        });
+    }
+
+    fn lease_lost(&mut self, lease: LeaseId) {
+        tracing::warn!(%lease, "lease lost: its jobs went back to their queues; dropping the ones not started");
+        self.leases.remove(&lease);
+        self.lost.insert(lease);
+        for q in &mut self.queues {
+            q.buffer.retain(|j| j.lease != lease);
+        }
+        for task in self.tasks.iter().flatten() {
+            if let Some(TaskWork::Jobs(h)) = &task.work {
+                let dropped = h.take_lease(lease);
+                self.queues[h.queue].in_handoffs -= dropped;
+            }
+        }
+    }
+
+    /// Takes every job of `qi` (or all queues) out of buffers and hand-offs, unstarted.
+    fn take_unstarted(&mut self, only: Option<usize>) -> Vec<Job> {
+        let mut out = Vec::new();
+        for (i, q) in self.queues.iter_mut().enumerate() {
+            if only.is_none_or(|o| o == i) {
+                out.extend(q.buffer.drain(..));
+                q.batch_since = None;
+            }
+        }
+        for task in self.tasks.iter().flatten() {
+            if let Some(TaskWork::Jobs(h)) = &task.work {
+                if only.is_none_or(|o| o == h.queue) {
+                    let taken = h.take_all_waiting();
+                    self.queues[h.queue].in_handoffs -= taken.len();
+                    out.extend(taken);
+                }
+            }
+        }
+        out
+    }
+
+    fn release_unstarted(&mut self, only: Option<usize>, st: &mut WorkerStats) {
+        for job in self.take_unstarted(only) {
+            self.settle(job.id, job.lease, Outcome::Release, st);
+        }
+    }
+
+    /// At the end of the grace period: stop the tasks still running and release their jobs.
+    fn abandon_running(&mut self, st: &mut WorkerStats) {
+        self.release_unstarted(None, st);
+        for index in 0..self.tasks.len() {
+            let Some(task) = self.tasks[index].as_mut() else {
+                continue;
+            };
+            let Some(work) = task.work.take() else {
+                continue;
+            };
+            task.join.abort();
+            let held: Vec<(JobId, LeaseId)> = match &work {
+                TaskWork::Jobs(h) => h.running().into_iter().collect(),
+                TaskWork::Batch { held, .. } => held.clone(),
+            };
+            let qi = match &work {
+                TaskWork::Jobs(h) => h.queue,
+                TaskWork::Batch { queue, .. } => *queue,
+            };
+            self.tasks[index] = None;
+            self.live -= 1;
+            let q = &mut self.queues[qi];
+            q.busy -= 1;
+            q.in_handoffs -= held.len().min(q.in_handoffs);
+            for (id, lease) in held {
+                tracing::warn!(%id, "grace period over: releasing a job whose handler did not finish");
+                self.settle(id, lease, Outcome::Release, st);
+            }
+        }
+    }
+
+    fn queue_index(&self, name: &str) -> Result<usize> {
+        self.by_name.get(name).copied().ok_or_else(|| {
+            Error::Config(ConfigError::new(
+                "queue",
+                name,
+                format!(
+                    "one of the queues this worker works: {}",
+                    self.queues
+                        .iter()
+                        .map(|q| q.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ))
+        })
+    }
+
+    fn command(&mut self, cmd: Command, st: &mut WorkerStats) {
+        match cmd {
+            Command::Pause(name, reply) => {
+                let r = self.queue_index(&name).map(|qi| {
+                    self.queues[qi].paused = true;
+                    self.release_unstarted(Some(qi), st);
+                });
+                let _ = reply.send(r);
+            }
+            Command::Resume(name, reply) => {
+                let r = self.queue_index(&name).map(|qi| {
+                    let q = &mut self.queues[qi];
+                    q.paused = false;
+                    q.drained = false;
+                });
+                let _ = reply.send(r);
+            }
+            Command::Cancel(id, reply) => {
+                let mut found = None;
+                for q in &mut self.queues {
+                    if let Some(at) = q.buffer.iter().position(|j| j.id == id) {
+                        found = q.buffer.remove(at);
+                        break;
+                    }
+                }
+                if found.is_none() {
+                    for task in self.tasks.iter().flatten() {
+                        if let Some(TaskWork::Jobs(h)) = &task.work {
+                            if let Some(job) = h.take_waiting(id) {
+                                self.queues[h.queue].in_handoffs -= 1;
+                                found = Some(job);
+                                break;
+                            }
+                        }
+                    }
+                }
+                let cancelled = found.is_some();
+                if let Some(job) = found {
+                    self.settle(job.id, job.lease, Outcome::Cancel, st);
+                }
+                let _ = reply.send(cancelled);
+            }
+            Command::Counts(name, reply) => {
+                let r = self.queue_index(&name).map(|qi| {
+                    let mut pending = self.queues[qi].buffer.len() as u64;
+                    let mut processing = 0u64;
+                    for task in self.tasks.iter().flatten() {
+                        match &task.work {
+                            Some(TaskWork::Jobs(h)) if h.queue == qi => {
+                                let (waiting, running) = h.load();
+                                pending += waiting as u64;
+                                processing += running as u64;
+                            }
+                            Some(TaskWork::Batch { queue, held }) if *queue == qi => {
+                                processing += held.len() as u64;
+                            }
+                            _ => {}
+                        }
+                    }
+                    (pending, processing)
+                });
+                let _ = reply.send(r);
+            }
+            Command::Shutdown(grace, reply) => {
+                let grace = grace.unwrap_or(self.cfg.grace);
+                match self.stopping.as_mut() {
+                    Some(s) => s.replies.push(reply),
+                    None => {
+                        self.stopping = Some(Stopping {
+                            deadline: Instant::now() + grace,
+                            replies: vec![reply],
+                        });
+                    }
+                }
+                self.release_unstarted(None, st);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for EventLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventLoop")
+            .field("queues", &self.queues.len())
+            .finish()
+    }
+}

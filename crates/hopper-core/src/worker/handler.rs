@@ -1,0 +1,164 @@
+//! What user code looks like to the runtime: handlers, batch handlers, and the errors they
+//! return to steer a job.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use serde::de::DeserializeOwned;
+
+use crate::job::Job;
+
+/// A job handed to a handler: its decoded payload and everything else about it.
+#[derive(Debug)]
+pub struct JobContext<T> {
+    /// The decoded payload.
+    pub payload: T,
+    /// The job itself: id, attempt, headers, lease…
+    pub job: Job,
+}
+
+/// Why a handler did not finish its job, and what should happen to it.
+///
+/// Any `std::error::Error` converts into a plain retry, so `?` works in handlers.
+pub struct JobError {
+    pub(crate) kind: ErrorKind,
+    pub(crate) message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorKind {
+    /// Retry per the retry policy, or after the given delay.
+    Retry(Option<Duration>),
+    /// Dead-letter now, whatever attempts are left.
+    Discard,
+}
+
+impl JobError {
+    /// A failed attempt: retried after the policy's backoff, dead-lettered after the last.
+    pub fn retry(error: impl fmt::Display) -> Self {
+        JobError {
+            kind: ErrorKind::Retry(None),
+            message: error.to_string(),
+        }
+    }
+
+    /// A failed attempt retried after `delay` instead of the policy's backoff.
+    pub fn retry_after(error: impl fmt::Display, delay: Duration) -> Self {
+        JobError {
+            kind: ErrorKind::Retry(Some(delay)),
+            message: error.to_string(),
+        }
+    }
+
+    /// Gives up on the job now: it goes to the dead letters with this error.
+    pub fn discard(error: impl fmt::Display) -> Self {
+        JobError {
+            kind: ErrorKind::Discard,
+            message: error.to_string(),
+        }
+    }
+
+    /// The error message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Debug for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "JobError({:?}: {})", self.kind, self.message)
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
+    fn from(e: E) -> Self {
+        JobError::retry(e)
+    }
+}
+
+/// What a handler returns.
+pub type JobResult = Result<(), JobError>;
+
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// One job's handler with the payload type erased. A payload that does not decode never
+/// reaches user code: `Err` carries the decoder's message.
+pub(crate) trait ErasedHandler: Send + Sync {
+    fn call(&self, job: Job) -> Result<BoxFuture<JobResult>, String>;
+}
+
+/// A batch handler with the payload type erased. Jobs whose payload does not decode are
+/// returned apart, with their error.
+pub(crate) trait ErasedBatchHandler: Send + Sync {
+    #[allow(clippy::type_complexity)]
+    fn call(&self, jobs: Vec<Job>) -> (BoxFuture<Vec<JobResult>>, Vec<Job>, Vec<(Job, String)>);
+}
+
+pub(crate) struct FnHandler<T, F> {
+    pub(crate) f: F,
+    pub(crate) _t: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T, F, Fut> ErasedHandler for FnHandler<T, F>
+where
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(JobContext<T>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = JobResult> + Send + 'static,
+{
+    fn call(&self, job: Job) -> Result<BoxFuture<JobResult>, String> {
+        match serde_json::from_slice::<T>(&job.payload) {
+            Ok(payload) => Ok(Box::pin((self.f)(JobContext { payload, job }))),
+            Err(e) => Err(format!("payload does not decode: {e}")),
+        }
+    }
+}
+
+impl<T, F, Fut> ErasedBatchHandler for FnHandler<T, F>
+where
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(Vec<JobContext<T>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Vec<JobResult>> + Send + 'static,
+{
+    fn call(&self, jobs: Vec<Job>) -> (BoxFuture<Vec<JobResult>>, Vec<Job>, Vec<(Job, String)>) {
+        let mut good = Vec::with_capacity(jobs.len());
+        let mut kept = Vec::with_capacity(jobs.len());
+        let mut bad = Vec::new();
+        for job in jobs {
+            match serde_json::from_slice::<T>(&job.payload) {
+                Ok(payload) => {
+                    kept.push(job.clone());
+                    good.push(JobContext { payload, job });
+                }
+                Err(e) => bad.push((job, format!("payload does not decode: {e}"))),
+            }
+        }
+        (Box::pin((self.f)(good)), kept, bad)
+    }
+}
+
+/// Runs a handler future, turning a panic into a failed attempt.
+pub(crate) async fn run_caught<T>(fut: BoxFuture<T>) -> Result<T, String> {
+    match AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(v) => Ok(v),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".into());
+            Err(format!("handler panicked: {msg}"))
+        }
+    }
+}
+
+/// The handler of one queue.
+#[derive(Clone)]
+pub(crate) enum QueueHandler {
+    One(Arc<dyn ErasedHandler>),
+    Batch(Arc<dyn ErasedBatchHandler>),
+}

@@ -1,0 +1,238 @@
+//! The elastic pool: tasks that run hand-offs and report back to the event loop.
+//!
+//! A hand-off is a small batch of one queue's jobs given to one task, which runs them one
+//! after another. Jobs wait in the hand-off's own deque until their turn, so they are still
+//! pending: the event loop can take a waiting job back out to cancel or release it.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::event_loop::Event;
+use super::handler::{ErrorKind, JobResult, QueueHandler, run_caught};
+use crate::broker::Outcome;
+use crate::job::{Job, JobId, LeaseId};
+use crate::retry::RetryPolicy;
+
+/// Jobs handed to one task, shared with the event loop until each starts.
+#[derive(Debug)]
+pub(crate) struct Handoff {
+    pub(crate) queue: usize,
+    state: Mutex<HandoffState>,
+}
+
+#[derive(Debug, Default)]
+struct HandoffState {
+    waiting: VecDeque<Job>,
+    running: Option<(JobId, LeaseId)>,
+}
+
+impl Handoff {
+    pub(crate) fn new(queue: usize, jobs: VecDeque<Job>) -> Self {
+        Handoff {
+            queue,
+            state: Mutex::new(HandoffState {
+                waiting: jobs,
+                running: None,
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, HandoffState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next job, now marked running; `None` when the hand-off is done.
+    fn start_next(&self) -> Option<Job> {
+        let mut st = self.state();
+        let job = st.waiting.pop_front();
+        st.running = job.as_ref().map(|j| (j.id, j.lease));
+        job
+    }
+
+    fn finish_running(&self) {
+        self.state().running = None;
+    }
+
+    /// Takes a job out if it is still waiting.
+    pub(crate) fn take_waiting(&self, id: JobId) -> Option<Job> {
+        let mut st = self.state();
+        let at = st.waiting.iter().position(|j| j.id == id)?;
+        st.waiting.remove(at)
+    }
+
+    /// Drops the waiting jobs held under `lease` (lost); returns how many.
+    pub(crate) fn take_lease(&self, lease: LeaseId) -> usize {
+        let mut st = self.state();
+        let before = st.waiting.len();
+        st.waiting.retain(|j| j.lease != lease);
+        before - st.waiting.len()
+    }
+
+    /// Takes every waiting job out.
+    pub(crate) fn take_all_waiting(&self) -> Vec<Job> {
+        self.state().waiting.drain(..).collect()
+    }
+
+    /// Jobs waiting, and whether one is running.
+    pub(crate) fn load(&self) -> (usize, bool) {
+        let st = self.state();
+        (st.waiting.len(), st.running.is_some())
+    }
+
+    /// The job running now, if any.
+    pub(crate) fn running(&self) -> Option<(JobId, LeaseId)> {
+        self.state().running
+    }
+}
+
+/// Work for a pool task.
+pub(crate) enum Work {
+    Jobs(Arc<Handoff>),
+    Batch { queue: usize, jobs: Vec<Job> },
+}
+
+/// One finished job, as the event loop settles it.
+#[derive(Debug)]
+pub(crate) struct Done {
+    pub(crate) id: JobId,
+    pub(crate) lease: LeaseId,
+    pub(crate) outcome: Outcome,
+    /// From hand-off (or the previous job's end) to this job's end.
+    pub(crate) took: Duration,
+}
+
+pub(crate) struct PoolContext {
+    pub(crate) handlers: Vec<QueueHandler>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) events: mpsc::UnboundedSender<Event>,
+}
+
+/// Turns a handler's result into the settlement the broker gets.
+pub(crate) fn outcome_of(
+    (attempt, max_attempts): (u32, u32),
+    result: Result<JobResult, String>,
+    retry: &RetryPolicy,
+) -> Outcome {
+    let (kind, message) = match result {
+        Ok(Ok(())) => return Outcome::Ack,
+        Ok(Err(e)) => (e.kind, e.message),
+        Err(panic) => (ErrorKind::Retry(None), panic),
+    };
+    let last = attempt >= retry.max_attempts_for(max_attempts);
+    match kind {
+        ErrorKind::Discard => Outcome::DeadLetter { error: message },
+        ErrorKind::Retry(_) if last => Outcome::DeadLetter { error: message },
+        ErrorKind::Retry(after) => Outcome::Retry {
+            delay: after.unwrap_or_else(|| retry.delay(attempt)),
+            error: message,
+        },
+    }
+}
+
+/// The body of one pool task: run work until the event loop drops this task's sender.
+pub(crate) async fn run_task(
+    task: usize,
+    ctx: Arc<PoolContext>,
+    mut rx: mpsc::UnboundedReceiver<Work>,
+) {
+    while let Some(work) = rx.recv().await {
+        let handed_at = Instant::now();
+        let done = match work {
+            Work::Jobs(handoff) => run_handoff(&ctx, &handoff, handed_at).await,
+            Work::Batch { queue, jobs } => run_batch(&ctx, queue, jobs, handed_at).await,
+        };
+        let elapsed = handed_at.elapsed();
+        if ctx
+            .events
+            .send(Event::TaskDone {
+                task,
+                done,
+                elapsed,
+            })
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+async fn run_handoff(ctx: &PoolContext, handoff: &Handoff, mut since: Instant) -> Vec<Done> {
+    let QueueHandler::One(handler) = &ctx.handlers[handoff.queue] else {
+        unreachable!("hand-offs of single jobs go to queues with a one-job handler")
+    };
+    let mut done = Vec::new();
+    while let Some(job) = handoff.start_next() {
+        let (id, lease, attempts) = (job.id, job.lease, (job.attempt, job.max_attempts));
+        let outcome = match handler.call(job) {
+            Ok(fut) => outcome_of(attempts, run_caught(fut).await, &ctx.retry),
+            Err(error) => Outcome::DeadLetter { error },
+        };
+        handoff.finish_running();
+        let now = Instant::now();
+        done.push(Done {
+            id,
+            lease,
+            outcome,
+            took: now - since,
+        });
+        since = now;
+    }
+    done
+}
+
+async fn run_batch(ctx: &PoolContext, queue: usize, jobs: Vec<Job>, since: Instant) -> Vec<Done> {
+    let QueueHandler::Batch(handler) = &ctx.handlers[queue] else {
+        unreachable!("batches go to queues with a batch handler")
+    };
+    let (fut, kept, bad) = handler.call(jobs);
+    let mut done = Vec::with_capacity(kept.len() + bad.len());
+    for (job, error) in bad {
+        done.push(Done {
+            id: job.id,
+            lease: job.lease,
+            outcome: Outcome::DeadLetter { error },
+            took: Duration::ZERO,
+        });
+    }
+    let results = run_caught(fut).await;
+    let took = since.elapsed() / (kept.len().max(1) as u32);
+    match results {
+        Ok(results) if results.len() == kept.len() => {
+            for (job, r) in kept.iter().zip(results) {
+                done.push(Done {
+                    id: job.id,
+                    lease: job.lease,
+                    outcome: outcome_of((job.attempt, job.max_attempts), Ok(r), &ctx.retry),
+                    took,
+                });
+            }
+        }
+        other => {
+            let error = match other {
+                Ok(results) => format!(
+                    "batch handler returned {} results for {} jobs",
+                    results.len(),
+                    kept.len()
+                ),
+                Err(panic) => panic,
+            };
+            for job in &kept {
+                done.push(Done {
+                    id: job.id,
+                    lease: job.lease,
+                    outcome: outcome_of(
+                        (job.attempt, job.max_attempts),
+                        Err(error.clone()),
+                        &ctx.retry,
+                    ),
+                    took,
+                });
+            }
+        }
+    }
+    done
+}

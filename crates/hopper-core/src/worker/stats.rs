@@ -1,0 +1,75 @@
+//! Worker statistics a program can read while the worker runs.
+
+use std::collections::BTreeMap;
+
+/// The most fetch and hand-off sizes kept in order; later ones are counted, not listed.
+pub const SIZES_KEPT: usize = 100_000;
+
+/// Counters and recent history of one worker. A snapshot: read it again for fresh figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerStats {
+    /// Fetches that returned at least one job.
+    pub fetches: u64,
+    /// Fetches that returned nothing (idle polls and wake-ups that lost the race).
+    pub empty_fetches: u64,
+    /// Jobs those fetches returned.
+    pub fetched_jobs: u64,
+    /// The size of each non-empty fetch, in order (the first [`SIZES_KEPT`]).
+    pub batch_sizes: Vec<u32>,
+    /// Jobs in each hand-off to a pool task, in order (the first [`SIZES_KEPT`]).
+    pub handoff_sizes: Vec<u32>,
+    /// Jobs whose handler is running now.
+    pub running: usize,
+    /// Jobs fetched and not yet started (in the buffer or waiting in a hand-off).
+    pub buffered: usize,
+    /// Jobs acknowledged.
+    pub completed: u64,
+    /// Failed attempts sent back for a retry.
+    pub retried: u64,
+    /// Jobs dead-lettered.
+    pub dead: u64,
+    /// Jobs handed back unstarted (shutdown, pause, lost slot).
+    pub released: u64,
+    /// Jobs cancelled while held.
+    pub cancelled: u64,
+    /// Settlement round trips made.
+    pub settle_calls: u64,
+    /// Pool tasks alive now.
+    pub pool_tasks: usize,
+    /// Pool tasks alive and idle now.
+    pub idle_tasks: usize,
+    /// The most pool tasks alive at once.
+    pub peak_pool_tasks: usize,
+    /// Per-queue figures.
+    pub queues: BTreeMap<String, QueueStats>,
+}
+
+/// Figures of one queue of one worker.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueStats {
+    /// How many of this queue's jobs each non-empty fetch carried, in order.
+    pub fetch_sizes: Vec<u32>,
+    /// Jobs acknowledged.
+    pub completed: u64,
+    /// Batches handed to a batch handler, by size, in order.
+    pub batch_sizes: Vec<u32>,
+    /// The most jobs of this queue held at once (buffered, waiting in hand-offs, running).
+    pub peak_held: usize,
+}
+
+impl WorkerStats {
+    /// Average jobs per non-empty fetch.
+    pub fn jobs_per_fetch(&self) -> f64 {
+        if self.fetches == 0 {
+            0.0
+        } else {
+            self.fetched_jobs as f64 / self.fetches as f64
+        }
+    }
+}
+
+pub(crate) fn push_size(v: &mut Vec<u32>, n: usize) {
+    if v.len() < SIZES_KEPT {
+        v.push(n as u32);
+    }
+}
