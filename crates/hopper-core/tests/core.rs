@@ -1,0 +1,12 @@
+//! Behaviour of the worker runtime and the memory broker. Timing-dependent cases run under
+//! tokio's paused clock, so job times are exact and the figures asserted are deterministic.
+
+mod core {
+    mod config;
+    mod dispatch;
+    mod fetching;
+    mod safety;
+    mod suite;
+    pub mod support;
+    mod topics;
+}

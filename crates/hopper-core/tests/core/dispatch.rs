@@ -1,0 +1,232 @@
+//! Hand-offs inside the process (DESIGN.md §7) and the elastic pool.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hopper_core::{JobContext, QueueOptions, Worker};
+use tokio::time::Instant;
+
+use super::support::{enqueue_n, memory, wait_for};
+
+async fn noop(_job: JobContext<u64>) -> hopper_core::JobResult {
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrency_one_hands_off_up_to_thirty_two() {
+    let (_, broker) = memory();
+    enqueue_n(&broker, "q", 100).await;
+    let worker = Worker::builder(broker)
+        .queue("q", QueueOptions::new().concurrency(1), noop)
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 100).await;
+    worker.shutdown().await;
+    assert_eq!(stats.handoff_sizes[0], 32);
+    assert_eq!(stats.handoff_sizes.iter().max(), Some(&32));
+    assert_eq!(stats.handoff_sizes.iter().sum::<u32>(), 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_worker_splits_eight_cheap_jobs_four_two_one_one() {
+    let (_, broker) = memory();
+    enqueue_n(&broker, "q", 2).await;
+    let worker = Worker::builder(broker.clone())
+        .queue("q", QueueOptions::new().concurrency(2), noop)
+        .start()
+        .unwrap();
+    wait_for(&worker, |s| s.completed == 2).await;
+    enqueue_n(&broker, "q", 8).await;
+    let stats = wait_for(&worker, |s| s.completed == 10).await;
+    worker.shutdown().await;
+    assert_eq!(
+        &stats.handoff_sizes[..2],
+        &[1, 1],
+        "untimed: one job per hand-off"
+    );
+    assert_eq!(&stats.handoff_sizes[2..], &[4, 2, 1, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fresh_worker_above_concurrency_one_hands_out_single_jobs() {
+    let (_, broker) = memory();
+    enqueue_n(&broker, "q", 20).await;
+    let worker = Worker::builder(broker)
+        .queue("q", QueueOptions::new().concurrency(4), noop)
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 20).await;
+    worker.shutdown().await;
+    assert_eq!(&stats.handoff_sizes[..4], &[1, 1, 1, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_pool_grows_to_the_limit_and_shrinks_back_to_one_idle_task() {
+    let (_, broker) = memory();
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let t0 = Instant::now();
+    enqueue_n(&broker, "q", 6).await;
+    let seen = starts.clone();
+    let worker = Worker::builder(broker)
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(4),
+            move |_job: JobContext<u64>| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock().unwrap().push(t0.elapsed().as_millis() as u64);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    Ok(())
+                }
+            },
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 6 && s.pool_tasks == 1).await;
+    assert_eq!(*starts.lock().unwrap(), [0, 0, 0, 0, 1000, 1000]);
+    assert_eq!(stats.peak_pool_tasks, 4);
+    assert_eq!((stats.pool_tasks, stats.idle_tasks), (1, 1));
+    worker.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_close_at_their_size_or_after_batch_wait() {
+    let (_, broker) = memory();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let seen = calls.clone();
+    let t0 = Instant::now();
+    enqueue_n(&broker, "q", 25).await;
+    let worker = Worker::builder(broker)
+        .batch_queue(
+            "q",
+            QueueOptions::new()
+                .concurrency(1)
+                .batch(10, Duration::from_millis(50)),
+            move |jobs: Vec<JobContext<u64>>| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock()
+                        .unwrap()
+                        .push((jobs.len(), t0.elapsed().as_millis() as u64));
+                    jobs.iter().map(|_| Ok(())).collect()
+                }
+            },
+        )
+        .start()
+        .unwrap();
+    wait_for(&worker, |s| s.completed == 25).await;
+    worker.shutdown().await;
+    assert_eq!(*calls.lock().unwrap(), [(10, 0), (10, 0), (5, 50)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_smaller_window_caps_the_batch() {
+    let (_, broker) = memory();
+    enqueue_n(&broker, "q", 12).await;
+    let worker = Worker::builder(broker)
+        .batch_queue(
+            "q",
+            QueueOptions::new()
+                .concurrency(1)
+                .prefetch(hopper_core::Prefetch::Fixed(4))
+                .batch(10, Duration::from_millis(50)),
+            |jobs: Vec<JobContext<u64>>| async move { jobs.iter().map(|_| Ok(())).collect() },
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 12).await;
+    worker.shutdown().await;
+    assert_eq!(stats.queues["q"].batch_sizes, [4, 4, 4]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn counts_and_cancel_see_jobs_waiting_in_a_hand_off() {
+    let (_, broker) = memory();
+    let ids = enqueue_n(&broker, "q", 5).await;
+    let worker = Worker::builder(broker.clone())
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(1),
+            |_job: JobContext<u64>| async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let stats = worker.stats();
+    assert_eq!(
+        stats.handoff_sizes,
+        [5],
+        "concurrency 1: the whole backlog in one hand-off"
+    );
+    let counts = worker.counts("q").await.unwrap();
+    assert_eq!((counts.pending, counts.processing), (4, 1));
+    assert!(
+        worker.cancel(ids[2]).await.unwrap(),
+        "waiting in the hand-off: cancellable"
+    );
+    assert!(
+        !worker.cancel(ids[0]).await.unwrap(),
+        "running: not cancellable"
+    );
+    let counts = worker.counts("q").await.unwrap();
+    assert_eq!((counts.pending, counts.processing), (3, 1));
+    let stats = wait_for(&worker, |s| s.completed == 4).await;
+    worker.shutdown().await;
+    assert_eq!(stats.cancelled, 1);
+    let rec = broker.job(ids[2]).await.unwrap().unwrap();
+    assert_eq!(rec.state, hopper_core::JobState::Cancelled);
+    // A job still in the broker is cancelled there.
+    let later = enqueue_n(&broker, "q", 1).await;
+    let idle = Worker::builder(broker.clone())
+        .queue("other", QueueOptions::new(), |_j: JobContext<u64>| async {
+            Ok(())
+        })
+        .start()
+        .unwrap();
+    assert!(idle.cancel(later[0]).await.unwrap());
+    assert_eq!(broker.counts("q").await.unwrap().pending, 0);
+    idle.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pause_hands_buffered_jobs_back_and_resume_continues() {
+    let (_, broker) = memory();
+    enqueue_n(&broker, "q", 10).await;
+    let worker = Worker::builder(broker.clone())
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(1),
+            |_job: JobContext<u64>| async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    worker.pause("q").await.unwrap();
+    let s = worker.stats();
+    assert_eq!(
+        s.released, 8,
+        "one finished, one running, eight handed back"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let s = worker.stats();
+    assert_eq!(s.completed, 2, "nothing started while paused");
+    assert_eq!(broker.counts("q").await.unwrap().pending, 8);
+    worker.resume("q").await.unwrap();
+    let s = wait_for(&worker, |s| s.completed == 10).await;
+    assert_eq!(s.released, 8);
+    assert!(
+        worker
+            .pause("nope")
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("invalid queue `nope`")
+    );
+    worker.shutdown().await;
+}

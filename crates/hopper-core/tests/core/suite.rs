@@ -1,0 +1,1 @@
+// The broker behaviour suite, run against the memory broker.
