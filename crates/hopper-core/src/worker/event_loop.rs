@@ -87,6 +87,8 @@ struct Task {
 
 struct Stopping {
     deadline: Instant,
+    /// The grace period is over and the running jobs were released.
+    abandoned: bool,
     replies: Vec<oneshot::Sender<()>>,
 }
 
@@ -292,20 +294,31 @@ impl EventLoop {
             consider(self.settle_since.map(|s| s + self.cfg.settle_delay));
             consider(self.settle_retry_at);
         }
+        // A deadline counts only while its action can run when it comes; one that is past
+        // and blocked (a batch due with every slot busy) would spin the loop.
+        let can_hand_off = self.task_available();
         for q in &self.queues {
             if let (Some(since), Some((_, wait))) = (q.batch_since, q.opts.batch) {
-                if !q.buffer.is_empty() {
+                if !q.buffer.is_empty() && can_hand_off && q.busy < q.opts.concurrency && !q.paused
+                {
                     consider(Some(since + wait));
                 }
             }
         }
         consider(self.next_poll);
         consider(self.next_due);
-        consider(self.fetch_retry_at);
+        if !self.fetch_in_flight {
+            consider(self.fetch_retry_at);
+        }
         if self.cfg.lease_renewal && !self.leases.is_empty() && !self.renew_in_flight {
             consider(Some(self.next_renew));
         }
-        consider(self.stopping.as_ref().map(|s| s.deadline));
+        consider(
+            self.stopping
+                .as_ref()
+                .filter(|s| !s.abandoned)
+                .map(|s| s.deadline),
+        );
         at
     }
 
@@ -316,8 +329,11 @@ impl EventLoop {
         if self.next_poll.is_some_and(|t| t <= now) || self.next_due.is_some_and(|t| t <= now) {
             self.undrain();
         }
-        if self.stopping.as_ref().is_some_and(|s| s.deadline <= now) {
-            self.abandon_running(st);
+        if let Some(stopping) = self.stopping.as_mut() {
+            if !stopping.abandoned && stopping.deadline <= now {
+                stopping.abandoned = true;
+                self.abandon_running(st);
+            }
         }
         self.dispatch(now, st);
         self.maybe_fetch(now);
@@ -936,6 +952,7 @@ impl EventLoop {
                     None => {
                         self.stopping = Some(Stopping {
                             deadline: Instant::now() + grace,
+                            abandoned: false,
                             replies: vec![reply],
                         });
                     }

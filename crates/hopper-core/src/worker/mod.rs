@@ -254,6 +254,12 @@ impl Worker {
         self
     }
 
+    /// Checks every setting without starting anything, so a program can refuse bad
+    /// configuration before it enqueues or changes anything.
+    pub fn check(&self) -> Result<()> {
+        Ok(self.validate()?)
+    }
+
     /// Checks every setting and starts the worker on the current tokio runtime.
     pub fn start(self) -> Result<WorkerHandle> {
         self.validate()?;

@@ -230,3 +230,34 @@ async fn pause_hands_buffered_jobs_back_and_resume_continues() {
     );
     worker.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_due_batch_waits_for_a_free_slot_without_spinning() {
+    let (_, broker) = memory();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let seen = calls.clone();
+    let t0 = Instant::now();
+    enqueue_n(&broker, "q", 3).await;
+    let worker = Worker::builder(broker)
+        .batch_queue(
+            "q",
+            QueueOptions::new()
+                .concurrency(1)
+                .batch(2, Duration::from_millis(50)),
+            move |jobs: Vec<JobContext<u64>>| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock()
+                        .unwrap()
+                        .push((jobs.len(), t0.elapsed().as_millis() as u64));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    jobs.iter().map(|_| Ok(())).collect()
+                }
+            },
+        )
+        .start()
+        .unwrap();
+    wait_for(&worker, |s| s.completed == 3).await;
+    worker.shutdown().await;
+    assert_eq!(*calls.lock().unwrap(), [(2, 0), (1, 1000)]);
+}

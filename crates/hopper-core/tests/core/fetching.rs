@@ -185,3 +185,57 @@ async fn budgets_keep_a_hot_queue_from_taking_another_share() {
     assert_eq!(stats.queues["a"].peak_held, 5);
     assert_eq!(stats.queues["b"].peak_held, 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn pop_ahead_fetches_while_the_last_job_runs() {
+    for (pop_ahead, want_peak) in [(false, 1), (true, 2)] {
+        let (_, broker) = memory();
+        enqueue_n(&broker, "q", 10).await;
+        let opts = QueueOptions::new()
+            .concurrency(1)
+            .prefetch(Prefetch::Slots)
+            .pop_ahead(pop_ahead);
+        let worker = Worker::builder(broker)
+            .queue("q", opts, sleeping(100))
+            .start()
+            .unwrap();
+        let stats = wait_for(&worker, |s| s.completed == 10).await;
+        worker.shutdown().await;
+        assert_eq!(
+            stats.queues["q"].peak_held, want_peak,
+            "pop_ahead {pop_ahead}"
+        );
+        assert_eq!(stats.batch_sizes, vec![1; 10]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_of_waiting_jobs_are_renewed_until_they_run() {
+    use hopper_core::FetchRequest;
+    let (_, broker) = memory();
+    let ids = enqueue_n(&broker, "q", 4).await;
+    let opts = QueueOptions::new()
+        .concurrency(1)
+        .prefetch(Prefetch::Fixed(4));
+    let worker = Worker::builder(broker.clone())
+        .lease_ttl(Duration::from_secs(3))
+        .queue("q", opts, sleeping(5_000))
+        .start()
+        .unwrap();
+    // At 12 s the last job has waited four lease lengths in the worker.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let rival = broker
+        .fetch(FetchRequest::one("q", 10, Duration::from_secs(3)))
+        .await
+        .unwrap();
+    assert_eq!(rival.jobs.len(), 0, "renewed leases kept every job");
+    let stats = wait_for(&worker, |s| s.completed == 4).await;
+    worker.shutdown().await;
+    assert_eq!((stats.fetches, stats.retried), (1, 0));
+    for id in ids {
+        assert!(
+            broker.job(id).await.unwrap().is_none(),
+            "acked under its lease"
+        );
+    }
+}
