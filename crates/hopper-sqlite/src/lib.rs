@@ -1,1 +1,28 @@
-//! placeholder
+//! Hopper's embedded broker (`sqlite://PATH`): every job in one SQLite file, no server.
+//! Not for direct use: depend on `hopper`, which re-exports [`SqliteBroker`].
+//!
+//! The file is in WAL mode with `synchronous = NORMAL`. One dedicated thread owns the
+//! connection; broker calls travel to it over a channel, and it runs whatever calls are
+//! queued together in one write transaction (group commit), each in its own savepoint so
+//! that one failing call does not undo the others. Claims are optimistic: a job is taken
+//! only while still pending, so brokers in several processes can share one file.
+//!
+//! # Layout
+//! - [`broker`]: [`SqliteBroker`], the [`Broker`](hopper_core::Broker) implementation,
+//!   which reads the clock and sends commands.
+//! - [`options`]: [`SqliteOptions`], how the file is opened.
+//! - `writer`: the database thread and group commit.
+//! - `queries`: each operation as it runs on that thread.
+//! - `schema`: connection settings and versioned migrations (`migrations/*.sql`, recorded in
+//!   `PRAGMA user_version`).
+//! - `sql`: every statement, one per file under `sql/`.
+
+pub mod broker;
+pub mod options;
+mod queries;
+mod schema;
+mod sql;
+mod writer;
+
+pub use broker::SqliteBroker;
+pub use options::SqliteOptions;

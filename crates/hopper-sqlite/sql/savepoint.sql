@@ -1,0 +1,1 @@
+SAVEPOINT hopper_command

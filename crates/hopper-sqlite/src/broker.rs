@@ -1,0 +1,246 @@
+//! [`SqliteBroker`]: the [`Broker`] over one SQLite file.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hopper_core::{
+    Broker, CancelOutcome, Capabilities, Clock, FetchRequest, Fetched, JobId, JobRecord, LeaseId,
+    Millis, NewJob, QueueCounts, Result, SettleReport, Settlement,
+};
+use tokio::sync::watch;
+
+use crate::options::SqliteOptions;
+use crate::queries;
+use crate::writer::Writer;
+
+/// The embedded broker: every job in one SQLite file, no server.
+///
+/// One thread owns the connection and runs the calls of all handles in groups, one
+/// transaction per group (see the crate docs). Cheap to clone: clones share that thread.
+/// When the last clone drops, the thread finishes the calls already sent, closes the file
+/// and exits; the drop waits for that, which takes at most one group's time.
+///
+/// Several brokers, in one process or many, may open the same file: claims are made
+/// inside write transactions and only while a job is still pending, so no job is handed
+/// to two of them. They must all read the system clock ([`Clock::System`]) to agree on
+/// lease expiry.
+///
+/// Each call reads "now" from the broker's [`Clock`] on the caller's side and sends it
+/// with the command; the database thread never reads a clock, so brokers built with
+/// [`Clock::tokio`] follow tokio's paused time exactly.
+///
+/// A call whose future is dropped once sent still runs: a fetch abandoned that way still
+/// claims its jobs, which return to their queue when the lease expires.
+#[derive(Clone)]
+pub struct SqliteBroker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    writer: Writer,
+    clock: Clock,
+    path: PathBuf,
+    /// Bumped after committed work that a worker could take (enqueue, retry, release), so
+    /// an idle worker in this process wakes at once rather than at its next poll. Workers
+    /// in other processes still find the work by polling.
+    wake: watch::Sender<u64>,
+}
+
+impl fmt::Debug for SqliteBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteBroker")
+            .field("path", &self.inner.path)
+            .field("clock", &self.inner.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteBroker {
+    /// Opens (creating if needed) the database at `path` with default [`SqliteOptions`].
+    ///
+    /// Opening happens on the broker's own thread, so awaiting this does not block the
+    /// runtime; it does not need a runtime's clock or I/O driver either.
+    ///
+    /// # Errors
+    /// A broker error naming the path when the file cannot be opened, configured or
+    /// migrated, or when its schema is newer than this build knows.
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteBroker> {
+        Self::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Opens (creating if needed) the database at `path` with `options`. See
+    /// [`open`](Self::open).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), and a configuration error for an invalid option.
+    pub async fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteBroker> {
+        options.validate()?;
+        let path = path.as_ref().to_path_buf();
+        let writer = Writer::start(path.clone(), &options).await?;
+        Ok(SqliteBroker {
+            inner: Arc::new(Inner {
+                writer,
+                clock: options.clock,
+                path,
+                wake: watch::channel(0).0,
+            }),
+        })
+    }
+
+    /// The file this broker opened.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    fn now(&self) -> Millis {
+        self.inner.clock.now_millis()
+    }
+
+    fn wake(&self) {
+        self.inner.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+fn millis(d: Duration) -> Millis {
+    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+}
+
+#[async_trait]
+impl Broker for SqliteBroker {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            name: "sqlite",
+            durable: true,
+            in_process: false,
+            delayed: true,
+            priorities: true,
+            leases: true,
+            topics: false,
+        }
+    }
+
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        for job in &jobs {
+            job.validate()?;
+        }
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now();
+        let ids = self
+            .inner
+            .writer
+            .call("enqueueing jobs", true, move |conn| {
+                queries::enqueue(conn, &jobs, now)
+            })
+            .await?;
+        self.wake();
+        Ok(ids)
+    }
+
+    async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
+        let now = self.now();
+        let lease = LeaseId::random();
+        let expires = now.saturating_add(millis(request.lease_ttl));
+        let claimed = self
+            .inner
+            .writer
+            .call("fetching jobs", true, move |conn| {
+                queries::fetch(conn, &request.budgets, lease, expires, now)
+            })
+            .await?;
+        Ok(Fetched {
+            lease,
+            jobs: claimed.jobs,
+            next_due: claimed.next_due,
+        })
+    }
+
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        if settlements.is_empty() {
+            return Ok(SettleReport::default());
+        }
+        let now = self.now();
+        let (report, requeued) = self
+            .inner
+            .writer
+            .call("settling jobs", true, move |conn| {
+                queries::settle(conn, &settlements, now)
+            })
+            .await?;
+        if requeued {
+            self.wake();
+        }
+        Ok(report)
+    }
+
+    async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now();
+        let expires = now.saturating_add(millis(ttl));
+        let leases = leases.to_vec();
+        self.inner
+            .writer
+            .call("renewing leases", true, move |conn| {
+                queries::renew(conn, &leases, expires, now)
+            })
+            .await
+    }
+
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        let now = self.now();
+        self.inner
+            .writer
+            .call("cancelling a job", true, move |conn| {
+                queries::cancel(conn, id, now)
+            })
+            .await
+    }
+
+    async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        self.inner
+            .writer
+            .call("reading a job", false, move |conn| queries::job(conn, id))
+            .await
+    }
+
+    async fn counts(&self, queue: &str) -> Result<QueueCounts> {
+        let now = self.now();
+        let queue = queue.to_owned();
+        self.inner
+            .writer
+            .call("counting jobs", false, move |conn| {
+                queries::counts(conn, &queue, now)
+            })
+            .await
+    }
+
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
+        let queue = queue.to_owned();
+        self.inner
+            .writer
+            .call("listing dead letters", false, move |conn| {
+                queries::dead_letters(conn, &queue, limit)
+            })
+            .await
+    }
+
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        let queue = queue.to_owned();
+        self.inner
+            .writer
+            .call("purging a queue", true, move |conn| {
+                queries::purge(conn, &queue)
+            })
+            .await
+    }
+
+    fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner.wake.subscribe())
+    }
+}

@@ -1,0 +1,70 @@
+//! [`SqliteOptions`]: how a [`SqliteBroker`](crate::SqliteBroker) opens its file.
+
+use std::time::Duration;
+
+use hopper_core::{Clock, ConfigError};
+
+/// Settings for [`SqliteBroker::open_with`](crate::SqliteBroker::open_with).
+///
+/// ```
+/// use std::time::Duration;
+/// use hopper_sqlite::SqliteOptions;
+///
+/// let options = SqliteOptions::default().busy_timeout(Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    /// Where "now" comes from for run times and lease expiry. Default [`Clock::System`],
+    /// which every process sharing the file must use so that they agree on expiry; tests
+    /// pass [`Clock::tokio`] to run on tokio's paused clock.
+    pub clock: Clock,
+    /// How long a write waits for another process holding the file's write lock before it
+    /// fails. Default 5 s.
+    pub busy_timeout: Duration,
+    /// The most commands one transaction carries (group commit). Default 256, at least 1.
+    /// Larger groups amortise the commit; smaller ones bound how long a caller waits
+    /// behind the others.
+    pub group_commit_limit: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            clock: Clock::System,
+            busy_timeout: Duration::from_secs(5),
+            group_commit_limit: 256,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// Sets [`clock`](Self::clock).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets [`busy_timeout`](Self::busy_timeout).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Sets [`group_commit_limit`](Self::group_commit_limit).
+    pub fn group_commit_limit(mut self, limit: usize) -> Self {
+        self.group_commit_limit = limit;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.group_commit_limit == 0 {
+            return Err(ConfigError::new(
+                "group_commit_limit",
+                self.group_commit_limit,
+                "at least 1",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,299 @@
+//! The broker's operations as they run on the database thread, inside the group's
+//! transaction and the command's own savepoint. Each takes `now` from its caller; nothing
+//! here reads a clock.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashSet};
+
+use hopper_core::{
+    Budget, CancelOutcome, Job, JobId, JobRecord, JobState, LeaseId, Millis, NewJob, Outcome,
+    QueueCounts, SettleReport, Settlement,
+};
+use rusqlite::types::Type;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::sql;
+
+/// The error kept on a job whose lease expired while it was on its last attempt.
+const LEASE_EXPIRED_ON_FINAL_ATTEMPT: &str = "lease expired on the final attempt";
+
+const PENDING: i64 = 0;
+const LEASED: i64 = 1;
+const COMPLETED: i64 = 2;
+const DEAD: i64 = 3;
+const CANCELLED: i64 = 4;
+
+/// Inserts the jobs in order and returns their ids.
+pub(crate) fn enqueue(
+    conn: &Connection,
+    jobs: &[NewJob],
+    now: Millis,
+) -> rusqlite::Result<Vec<JobId>> {
+    let mut insert = conn.prepare_cached(sql::INSERT_JOB)?;
+    jobs.iter()
+        .map(|job| {
+            let id = insert.insert(params![
+                job.queue,
+                job.priority,
+                job.run_at_millis(now),
+                job.max_attempts,
+                job.payload,
+                encode_headers(&job.headers)?,
+                now,
+            ])?;
+            Ok(JobId(id))
+        })
+        .collect()
+}
+
+/// What one fetch claimed, in global order, and when the next delayed job falls due if
+/// some budget came back short.
+pub(crate) struct Claimed {
+    pub(crate) jobs: Vec<Job>,
+    pub(crate) next_due: Option<Millis>,
+}
+
+/// Takes expired leases back, then claims up to each budget under `lease`.
+///
+/// A claim reads a budget's candidates in fetch order, then takes each with an update that
+/// applies only while the job is still pending, so a job another writer took in between is
+/// skipped rather than taken twice. Reading first and updating by id, rather than one
+/// `UPDATE … WHERE id IN (SELECT …) RETURNING …`, spares SQLite the two temporary b-trees
+/// that statement builds on every run, which cost more than the claim itself.
+pub(crate) fn fetch(
+    conn: &Connection,
+    budgets: &[Budget],
+    lease: LeaseId,
+    lease_expires: Millis,
+    now: Millis,
+) -> rusqlite::Result<Claimed> {
+    reap(conn, now)?;
+    let mut candidates = conn.prepare_cached(sql::CLAIM_CANDIDATES)?;
+    let mut claim = conn.prepare_cached(sql::CLAIM_JOB)?;
+    let mut jobs = Vec::new();
+    let mut short = Vec::new();
+    for budget in budgets.iter().filter(|b| b.limit > 0) {
+        let limit = i64::try_from(budget.limit).unwrap_or(i64::MAX);
+        let found = candidates
+            .query_map(params![budget.queue, now, limit], job_from_row)?
+            .collect::<rusqlite::Result<Vec<Job>>>()?;
+        let mut taken = 0;
+        for mut job in found {
+            if claim.execute(params![job.id.0, lease.0, lease_expires])? == 1 {
+                job.attempt += 1;
+                job.lease = lease;
+                jobs.push(job);
+                taken += 1;
+            }
+        }
+        if taken < budget.limit {
+            short.push(budget.queue.as_str());
+        }
+    }
+    jobs.sort_by_key(|j| (Reverse(j.priority), j.run_at, j.id));
+
+    let mut next_due: Option<Millis> = None;
+    if !short.is_empty() {
+        let mut due = conn.prepare_cached(sql::NEXT_DUE)?;
+        for queue in short {
+            let at: Option<Millis> = due.query_row(params![queue, now], |row| row.get(0))?;
+            next_due = match (next_due, at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+    }
+    Ok(Claimed { jobs, next_due })
+}
+
+/// Returns jobs whose lease expired to their queue, dead-lettering those that were on
+/// their last attempt.
+fn reap(conn: &Connection, now: Millis) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql::REAP_FINAL_ATTEMPTS)?
+        .execute(params![now, LEASE_EXPIRED_ON_FINAL_ATTEMPT])?;
+    conn.prepare_cached(sql::REAP_EXPIRED_LEASES)?
+        .execute(params![now])?;
+    Ok(())
+}
+
+/// Applies each settlement whose lease still holds its job. Also says whether any job went
+/// back to pending, so the caller can wake idle workers.
+pub(crate) fn settle(
+    conn: &Connection,
+    settlements: &[Settlement],
+    now: Millis,
+) -> rusqlite::Result<(SettleReport, bool)> {
+    let mut report = SettleReport::default();
+    let mut requeued = false;
+    for s in settlements {
+        let (id, lease) = (s.job.0, s.lease.0);
+        let changed = match &s.outcome {
+            Outcome::Ack => conn
+                .prepare_cached(sql::SETTLE_ACK)?
+                .execute(params![id, lease])?,
+            Outcome::Retry { delay, error } => {
+                let delay = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+                let run_at = now.saturating_add(delay);
+                conn.prepare_cached(sql::SETTLE_RETRY)?
+                    .execute(params![id, lease, run_at, error])?
+            }
+            Outcome::DeadLetter { error } => conn
+                .prepare_cached(sql::SETTLE_DEAD_LETTER)?
+                .execute(params![id, lease, error, now])?,
+            Outcome::Release => conn
+                .prepare_cached(sql::SETTLE_RELEASE)?
+                .execute(params![id, lease])?,
+            Outcome::Cancel => conn
+                .prepare_cached(sql::SETTLE_CANCEL)?
+                .execute(params![id, lease, now])?,
+        };
+        if changed == 0 {
+            report.fenced.push(s.job);
+            continue;
+        }
+        report.applied += 1;
+        requeued |= matches!(s.outcome, Outcome::Retry { .. } | Outcome::Release);
+    }
+    Ok((report, requeued))
+}
+
+/// Moves each live lease's expiry to `expires`; returns the leases that hold no job any
+/// more or had already expired.
+pub(crate) fn renew(
+    conn: &Connection,
+    leases: &[LeaseId],
+    expires: Millis,
+    now: Millis,
+) -> rusqlite::Result<Vec<LeaseId>> {
+    let mut renew = conn.prepare_cached(sql::RENEW_LEASE)?;
+    let mut lost = Vec::new();
+    let mut seen = HashSet::with_capacity(leases.len());
+    for &lease in leases {
+        if !seen.insert(lease) {
+            continue;
+        }
+        if renew.execute(params![lease.0, expires, now])? == 0 {
+            lost.push(lease);
+        }
+    }
+    Ok(lost)
+}
+
+/// Cancels a pending job, or says who holds it.
+pub(crate) fn cancel(conn: &Connection, id: JobId, now: Millis) -> rusqlite::Result<CancelOutcome> {
+    if conn
+        .prepare_cached(sql::CANCEL_PENDING)?
+        .execute(params![id.0, now])?
+        == 1
+    {
+        return Ok(CancelOutcome::Cancelled);
+    }
+    let found: Option<(i64, Option<i64>)> = conn
+        .prepare_cached(sql::JOB_LEASE)?
+        .query_row(params![id.0], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    Ok(match found {
+        Some((LEASED, Some(lease))) => CancelOutcome::Held(LeaseId(lease)),
+        _ => CancelOutcome::NotFound,
+    })
+}
+
+/// One job's record.
+pub(crate) fn job(conn: &Connection, id: JobId) -> rusqlite::Result<Option<JobRecord>> {
+    conn.prepare_cached(sql::JOB_RECORD)?
+        .query_row(params![id.0], record_from_row)
+        .optional()
+}
+
+/// A queue's jobs by state; due and scheduled are split at `now`.
+pub(crate) fn counts(conn: &Connection, queue: &str, now: Millis) -> rusqlite::Result<QueueCounts> {
+    conn.prepare_cached(sql::COUNTS)?
+        .query_row(params![queue, now], |row| {
+            Ok(QueueCounts {
+                pending: row.get::<_, i64>(0)? as u64,
+                scheduled: row.get::<_, i64>(1)? as u64,
+                leased: row.get::<_, i64>(2)? as u64,
+                dead: row.get::<_, i64>(3)? as u64,
+            })
+        })
+}
+
+/// A queue's dead letters, oldest first.
+pub(crate) fn dead_letters(
+    conn: &Connection,
+    queue: &str,
+    limit: usize,
+) -> rusqlite::Result<Vec<JobRecord>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    conn.prepare_cached(sql::DEAD_LETTERS)?
+        .query_map(params![queue, limit], record_from_row)?
+        .collect()
+}
+
+/// Removes every job of a queue; returns how many went.
+pub(crate) fn purge(conn: &Connection, queue: &str) -> rusqlite::Result<u64> {
+    let gone = conn.prepare_cached(sql::PURGE)?.execute(params![queue])?;
+    Ok(gone as u64)
+}
+
+/// Reads the columns `id, queue, payload, priority, run_at, attempt, max_attempts, headers,
+/// created_at, lease_id`, in that order.
+fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
+    Ok(Job {
+        id: JobId(row.get(0)?),
+        queue: row.get(1)?,
+        payload: row.get(2)?,
+        priority: row.get(3)?,
+        run_at: row.get(4)?,
+        attempt: row.get(5)?,
+        max_attempts: row.get(6)?,
+        headers: decode_headers(row.get(7)?)?,
+        created_at: row.get(8)?,
+        lease: LeaseId(row.get::<_, Option<i64>>(9)?.unwrap_or(0)),
+    })
+}
+
+/// Reads a job's columns (see [`job_from_row`]) followed by `state, last_error`.
+fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
+    let state = match row.get::<_, i64>(10)? {
+        PENDING => JobState::Pending,
+        LEASED => JobState::Leased,
+        COMPLETED => JobState::Completed,
+        DEAD => JobState::Dead,
+        CANCELLED => JobState::Cancelled,
+        other => {
+            return Err(rusqlite::Error::FromSqlConversionFailure(
+                10,
+                Type::Integer,
+                format!("unknown job state {other}").into(),
+            ));
+        }
+    };
+    let mut job = job_from_row(row)?;
+    if state != JobState::Leased {
+        job.lease = LeaseId(0);
+    }
+    Ok(JobRecord {
+        job,
+        state,
+        last_error: row.get(11)?,
+    })
+}
+
+/// Headers are stored as a JSON object, or NULL when there are none.
+fn encode_headers(headers: &BTreeMap<String, String>) -> rusqlite::Result<Option<String>> {
+    if headers.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(headers)
+        .map(Some)
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+fn decode_headers(text: Option<String>) -> rusqlite::Result<BTreeMap<String, String>> {
+    match text {
+        None => Ok(BTreeMap::new()),
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(7, Type::Text, Box::new(e))),
+    }
+}

@@ -1,0 +1,121 @@
+//! Temporary database files, and a broker that removes its file when dropped.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hopper_core::{
+    Broker, CancelOutcome, Capabilities, Clock, FetchRequest, Fetched, JobId, JobRecord, LeaseId,
+    NewJob, QueueCounts, Result, SettleReport, Settlement,
+};
+use hopper_sqlite::{SqliteBroker, SqliteOptions};
+use tokio::sync::watch;
+
+/// A unique path under the system temp directory; the database and its `-wal` and `-shm`
+/// files are removed on drop.
+#[derive(Debug)]
+pub struct TempDb {
+    path: PathBuf,
+}
+
+impl TempDb {
+    pub fn new(name: &str) -> TempDb {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let file = format!("hopper-sqlite-{}-{n}-{name}.db", std::process::id());
+        let db = TempDb {
+            path: std::env::temp_dir().join(file),
+        };
+        db.remove();
+        db
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn remove(&self) {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut name = self.path.clone().into_os_string();
+            name.push(suffix);
+            let _ = std::fs::remove_file(name);
+        }
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// Opens a broker on `db` that follows tokio's clock.
+pub async fn open_tokio(db: &TempDb) -> SqliteBroker {
+    SqliteBroker::open_with(db.path(), SqliteOptions::default().clock(Clock::tokio()))
+        .await
+        .unwrap_or_else(|e| panic!("opening {}: {e:?}", db.path().display()))
+}
+
+/// The suite's factory: a fresh file per case, on tokio's clock.
+pub async fn temp_broker() -> Arc<dyn Broker> {
+    let db = TempDb::new("suite");
+    let broker = open_tokio(&db).await;
+    Arc::new(TempBroker { broker, _db: db })
+}
+
+/// A [`SqliteBroker`] that owns its temporary file. The broker is declared first so it
+/// drops first: its thread closes the file before the file is removed.
+#[derive(Debug)]
+pub struct TempBroker {
+    broker: SqliteBroker,
+    _db: TempDb,
+}
+
+#[async_trait]
+impl Broker for TempBroker {
+    fn capabilities(&self) -> Capabilities {
+        self.broker.capabilities()
+    }
+
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        self.broker.enqueue(jobs).await
+    }
+
+    async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
+        self.broker.fetch(request).await
+    }
+
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        self.broker.settle(settlements).await
+    }
+
+    async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
+        self.broker.renew(leases, ttl).await
+    }
+
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        self.broker.cancel(id).await
+    }
+
+    async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        self.broker.job(id).await
+    }
+
+    async fn counts(&self, queue: &str) -> Result<QueueCounts> {
+        self.broker.counts(queue).await
+    }
+
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
+        self.broker.dead_letters(queue, limit).await
+    }
+
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        self.broker.purge(queue).await
+    }
+
+    fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
+        self.broker.wake_signal()
+    }
+}

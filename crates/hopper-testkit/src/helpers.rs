@@ -1,0 +1,170 @@
+//! Shorthands the cases share, public so broker crates can write their own cases alike.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use hopper_core::{Broker, FetchRequest, Fetched, Job, JobId, NewJob, Outcome, Settlement};
+
+/// The lease every case asks for unless it tests leases.
+pub const TTL: Duration = Duration::from_secs(30);
+
+/// Prints the line that marks a skipped case; a case never skips silently.
+pub fn skip(case: &str, reason: &str) {
+    eprintln!("skipped: {case}: {reason}");
+}
+
+/// A wall-clock time `secs` seconds before now: a `run_at` that is already due.
+pub fn past(secs: u64) -> SystemTime {
+    SystemTime::now() - Duration::from_secs(secs)
+}
+
+/// `n` jobs on `queue` whose payload is their index as JSON.
+pub fn jobs(queue: &str, n: usize) -> Vec<NewJob> {
+    (0..n)
+        .map(|i| NewJob::json(queue, &i).expect("an index encodes as JSON"))
+        .collect()
+}
+
+/// Enqueues `n` jobs (see [`jobs`]) in one call and returns their ids.
+pub async fn enqueue_n(broker: &Arc<dyn Broker>, queue: &str, n: usize) -> Vec<JobId> {
+    let ids = broker
+        .enqueue(jobs(queue, n))
+        .await
+        .unwrap_or_else(|e| panic!("enqueueing {n} jobs on `{queue}` failed: {e:?}"));
+    assert_eq!(
+        ids.len(),
+        n,
+        "enqueue of {n} jobs returned {} ids",
+        ids.len()
+    );
+    ids
+}
+
+/// Enqueues `jobs` in one call and returns their ids.
+pub async fn enqueue(broker: &Arc<dyn Broker>, jobs: Vec<NewJob>) -> Vec<JobId> {
+    let n = jobs.len();
+    let ids = broker
+        .enqueue(jobs)
+        .await
+        .unwrap_or_else(|e| panic!("enqueueing {n} jobs failed: {e:?}"));
+    assert_eq!(
+        ids.len(),
+        n,
+        "enqueue of {n} jobs returned {} ids",
+        ids.len()
+    );
+    ids
+}
+
+/// Fetches up to `limit` jobs from one queue under a lease of `ttl`.
+pub async fn fetch(broker: &Arc<dyn Broker>, queue: &str, limit: usize, ttl: Duration) -> Fetched {
+    fetch_request(broker, FetchRequest::one(queue, limit, ttl)).await
+}
+
+/// Sends one fetch request, panicking with the request on error.
+pub async fn fetch_request(broker: &Arc<dyn Broker>, request: FetchRequest) -> Fetched {
+    let fetched = broker
+        .fetch(request.clone())
+        .await
+        .unwrap_or_else(|e| panic!("fetch {request:?} failed: {e:?}"));
+    assert!(
+        fetched.jobs.len() <= request.total(),
+        "fetch {request:?} returned {} jobs, more than asked",
+        fetched.jobs.len()
+    );
+    fetched
+}
+
+/// The ids of `jobs`, in order.
+pub fn ids(jobs: &[Job]) -> Vec<JobId> {
+    jobs.iter().map(|j| j.id).collect()
+}
+
+/// One settlement with `outcome` for every job of a fetch, under its lease.
+pub fn settle_all(fetched: &Fetched, outcome: &Outcome) -> Vec<Settlement> {
+    fetched
+        .jobs
+        .iter()
+        .map(|j| Settlement {
+            job: j.id,
+            lease: fetched.lease,
+            outcome: outcome.clone(),
+        })
+        .collect()
+}
+
+/// Runs `tasks` claimers at once, spread over `brokers` in turn, each fetching up to
+/// `batch` jobs of `queue` and acknowledging them until a fetch comes back empty. Returns
+/// every id acknowledged, in no particular order. Panics if a fetch returns more than
+/// `batch` jobs or an acknowledgement is fenced.
+pub async fn claim_concurrently(
+    brokers: &[Arc<dyn Broker>],
+    queue: &str,
+    tasks: usize,
+    batch: usize,
+) -> Vec<JobId> {
+    assert!(!brokers.is_empty(), "claim_concurrently needs a broker");
+    let mut claimers = Vec::with_capacity(tasks);
+    for task in 0..tasks {
+        let broker = brokers[task % brokers.len()].clone();
+        let queue = queue.to_owned();
+        claimers.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            loop {
+                let fetched = fetch(&broker, &queue, batch, Duration::from_secs(300)).await;
+                if fetched.jobs.is_empty() {
+                    return seen;
+                }
+                let report = broker
+                    .settle(settle_all(&fetched, &Outcome::Ack))
+                    .await
+                    .unwrap_or_else(|e| panic!("claimer {task}: settle failed: {e:?}"));
+                assert!(
+                    report.fenced.is_empty(),
+                    "claimer {task}: acks fenced: {:?}",
+                    report.fenced
+                );
+                assert_eq!(
+                    report.applied,
+                    fetched.jobs.len(),
+                    "claimer {task}: acks applied"
+                );
+                seen.extend(ids(&fetched.jobs));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for claimer in claimers {
+        all.extend(claimer.await.expect("a claimer task panicked"));
+    }
+    all
+}
+
+/// Panics unless `seen` holds each of `expected` exactly once and nothing else.
+pub fn assert_each_once(seen: &[JobId], expected: &[JobId]) {
+    let mut times: HashMap<JobId, usize> = HashMap::with_capacity(expected.len());
+    for id in seen {
+        *times.entry(*id).or_default() += 1;
+    }
+    let twice: Vec<_> = times
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "{} jobs were claimed more than once: {twice:?}",
+        twice.len()
+    );
+    let missing: Vec<_> = expected
+        .iter()
+        .filter(|id| !times.contains_key(id))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} jobs were never claimed: {missing:?}",
+        missing.len()
+    );
+    assert_eq!(seen.len(), expected.len(), "jobs claimed in total");
+}
