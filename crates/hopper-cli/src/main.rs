@@ -1,1 +1,70 @@
-fn main() {}
+//! The `hopper` command. Thin: parse arguments, call the command's module.
+//!
+//! # Layout
+//! - `demo`: the prefetch demonstration (`hopper demo`).
+//! - `load`: enqueue a backlog and drain it, printing throughput and latency (`hopper load`).
+//! - `report`: small formatting helpers shared by the commands.
+
+mod demo;
+mod load;
+mod report;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hopper",
+    version,
+    about = "Background jobs and messages: run, load-test and inspect brokers"
+)]
+struct Cli {
+    /// Broker URL: memory://, sqlite://PATH.
+    #[arg(long, global = true, default_value = hopper::DEFAULT_BROKER_URL, env = "HOPPER_BROKER")]
+    broker: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show how prefetch sizes fetches: prefetch 1, then auto on short and on long jobs.
+    Demo,
+    /// Enqueue a backlog, drain it with one or more workers, and report the figures.
+    Load(load::LoadArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Demo => demo::run(&cli.broker).await,
+            Command::Load(args) => load::run(&cli.broker, args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

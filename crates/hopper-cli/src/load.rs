@@ -1,0 +1,337 @@
+//! `hopper load`: enqueue a backlog first, then drain it with W worker runtimes, each on its
+//! own broker connection, and report throughput, fetches and latency.
+//!
+//! Every job carries its index and its enqueue time. Handlers mark each index seen, so the
+//! report counts jobs lost (never run) and duplicates (run more than once) exactly.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use hopper::{
+    Broker, ConfigError, Error, JobContext, JobResult, NewJob, Prefetch, QueueOptions, Result,
+    Worker,
+};
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use crate::report::{percentile, run_lengths};
+
+/// Jobs per enqueue call: one round trip each.
+const ENQUEUE_CHUNK: usize = 1000;
+
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Jobs to enqueue and drain.
+    #[arg(long)]
+    jobs: usize,
+    /// What each job does: sleep this many milliseconds (0: nothing).
+    #[arg(long, default_value_t = 0)]
+    job_ms: u64,
+    /// Queues to spread the jobs over, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "load")]
+    queues: Vec<String>,
+    /// Handlers running at once per queue, per worker.
+    #[arg(long, default_value_t = 10)]
+    concurrency: usize,
+    /// Window policy: `slots`, `auto` or a number (default: the broker's default).
+    #[arg(long)]
+    prefetch: Option<Prefetch>,
+    /// The most jobs one fetch may ask for.
+    #[arg(long, default_value_t = hopper::worker::DEFAULT_MAX_BATCH)]
+    max_batch: usize,
+    /// Worker runtimes, each with its own broker connection.
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Use a batch handler taking batches of this size.
+    #[arg(long)]
+    batch: Option<usize>,
+    /// With --batch: close a batch this many milliseconds after its first job.
+    #[arg(long, default_value_t = 50)]
+    batch_wait: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    broker: String,
+    jobs: usize,
+    completed: u64,
+    lost: u64,
+    duplicates: u64,
+    fetches: u64,
+    jobs_per_fetch: f64,
+    batch_sizes: Vec<u32>,
+    workers: usize,
+    concurrency: usize,
+    prefetch: String,
+    enqueue_s: f64,
+    drain_s: f64,
+    jobs_per_s: f64,
+    latency_ms: Latency,
+    settle_calls: u64,
+}
+
+struct Tally {
+    seen: Vec<AtomicU8>,
+    distinct: AtomicU64,
+    duplicates: AtomicU64,
+    latencies_us: std::sync::Mutex<Vec<u32>>,
+    all_seen: Notify,
+    total: u64,
+}
+
+impl Tally {
+    fn record(&self, index: usize, enqueued_us: u64) {
+        let now_us = micros_now();
+        let lat = now_us.saturating_sub(enqueued_us).min(u32::MAX as u64) as u32;
+        if let Ok(mut l) = self.latencies_us.lock() {
+            l.push(lat);
+        }
+        let Some(seen) = self.seen.get(index) else {
+            return;
+        };
+        if seen.fetch_add(1, Ordering::Relaxed) > 0 {
+            self.duplicates.fetch_add(1, Ordering::Relaxed);
+        } else if self.distinct.fetch_add(1, Ordering::Relaxed) + 1 == self.total {
+            self.all_seen.notify_one();
+        }
+    }
+}
+
+fn micros_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+fn validate(args: &LoadArgs) -> Result<()> {
+    let refuse = |setting: &str, value: &dyn std::fmt::Display, allowed: &str| {
+        Err(Error::Config(ConfigError::new(setting, value, allowed)))
+    };
+    if args.jobs == 0 {
+        return refuse("--jobs", &0, "1 or more");
+    }
+    if args.workers == 0 {
+        return refuse("--workers", &0, "1 or more");
+    }
+    if args.queues.is_empty() {
+        return refuse("--queues", &"", "one or more queue names");
+    }
+    if args.batch == Some(0) {
+        return refuse("--batch", &0, "1 or more");
+    }
+    Ok(())
+}
+
+/// Runs the load and prints the report; exit 1 when a job was lost.
+pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
+    validate(&args)?;
+    let producer = hopper::connect(url).await?;
+    let tally = Arc::new(Tally {
+        seen: (0..args.jobs).map(|_| AtomicU8::new(0)).collect(),
+        distinct: AtomicU64::new(0),
+        duplicates: AtomicU64::new(0),
+        latencies_us: std::sync::Mutex::new(Vec::with_capacity(args.jobs)),
+        all_seen: Notify::new(),
+        total: args.jobs as u64,
+    });
+    // Every worker's settings are checked before anything is enqueued or purged.
+    let in_process = producer.capabilities().in_process;
+    let mut builders = Vec::with_capacity(args.workers);
+    for _ in 0..args.workers {
+        // An in-process broker exists once: every worker shares it. Others connect anew.
+        let broker: Arc<dyn Broker> = if in_process {
+            producer.clone()
+        } else {
+            hopper::connect(url).await?
+        };
+        builders.push(build_worker(broker, &args, tally.clone())?);
+    }
+    for q in &args.queues {
+        producer.purge(q).await?;
+    }
+
+    let enqueue_started = Instant::now();
+    let mut chunk = Vec::with_capacity(ENQUEUE_CHUNK);
+    for i in 0..args.jobs {
+        let queue = &args.queues[i % args.queues.len()];
+        chunk.push(NewJob::json(queue, &(i, micros_now()))?);
+        if chunk.len() == ENQUEUE_CHUNK {
+            producer.enqueue(std::mem::take(&mut chunk)).await?;
+        }
+    }
+    if !chunk.is_empty() {
+        producer.enqueue(chunk).await?;
+    }
+    let enqueue_s = enqueue_started.elapsed().as_secs_f64();
+
+    let mut workers = Vec::with_capacity(args.workers);
+    let drain_started = Instant::now();
+    for worker in builders {
+        workers.push(worker.start()?);
+    }
+
+    // Wait for every job, or give up when nothing new ran for a long while.
+    let stall = Duration::from_secs(30) + Duration::from_millis(args.job_ms * 4);
+    let mut last = 0;
+    let mut last_progress = Instant::now();
+    loop {
+        let waited =
+            tokio::time::timeout(Duration::from_millis(200), tally.all_seen.notified()).await;
+        let distinct = tally.distinct.load(Ordering::Relaxed);
+        if waited.is_ok() || distinct >= tally.total {
+            break;
+        }
+        if distinct != last {
+            last = distinct;
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > stall {
+            eprintln!(
+                "no progress for {stall:?}: stopping with {distinct} of {} jobs run",
+                tally.total
+            );
+            break;
+        }
+    }
+    let drain_s = drain_started.elapsed().as_secs_f64();
+
+    let mut all_stats = Vec::with_capacity(workers.len());
+    for w in workers {
+        all_stats.push(w.shutdown_with(Duration::from_secs(5)).await);
+    }
+    let completed = tally.distinct.load(Ordering::Relaxed);
+    let fetches: u64 = all_stats.iter().map(|s| s.fetches).sum();
+    let fetched: u64 = all_stats.iter().map(|s| s.fetched_jobs).sum();
+    let mut lat: Vec<f64> = tally
+        .latencies_us
+        .lock()
+        .map(|l| l.iter().map(|&us| us as f64 / 1000.0).collect())
+        .unwrap_or_default();
+    lat.sort_by(f64::total_cmp);
+    let report = Report {
+        broker: hopper::redact(url),
+        jobs: args.jobs,
+        completed,
+        lost: args.jobs as u64 - completed,
+        duplicates: tally.duplicates.load(Ordering::Relaxed),
+        fetches,
+        jobs_per_fetch: if fetches == 0 {
+            0.0
+        } else {
+            fetched as f64 / fetches as f64
+        },
+        batch_sizes: all_stats
+            .first()
+            .map(|s| s.batch_sizes.clone())
+            .unwrap_or_default(),
+        workers: args.workers,
+        concurrency: args.concurrency,
+        prefetch: args.prefetch.map_or("default".into(), |p| p.to_string()),
+        enqueue_s,
+        drain_s,
+        jobs_per_s: completed as f64 / drain_s.max(1e-9),
+        latency_ms: Latency {
+            p50: percentile(&lat, 50.0),
+            p99: percentile(&lat, 99.0),
+        },
+        settle_calls: all_stats.iter().map(|s| s.settle_calls).sum(),
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| Error::Encode(e.to_string()))?
+        );
+    } else {
+        print_table(&report);
+    }
+    Ok(if report.lost == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn build_worker(broker: Arc<dyn Broker>, args: &LoadArgs, tally: Arc<Tally>) -> Result<Worker> {
+    let mut opts = QueueOptions::new()
+        .concurrency(args.concurrency)
+        .max_batch(args.max_batch);
+    if let Some(p) = args.prefetch {
+        opts = opts.prefetch(p);
+    }
+    let job_ms = args.job_ms;
+    let mut builder = Worker::builder(broker);
+    for q in &args.queues {
+        let tally = tally.clone();
+        builder = match args.batch {
+            None => builder.queue(q, opts.clone(), move |job: JobContext<(usize, u64)>| {
+                tally.record(job.payload.0, job.payload.1);
+                async move {
+                    if job_ms > 0 {
+                        tokio::time::sleep(Duration::from_millis(job_ms)).await;
+                    }
+                    Ok(())
+                }
+            }),
+            Some(size) => builder.batch_queue(
+                q,
+                opts.clone()
+                    .batch(size, Duration::from_millis(args.batch_wait)),
+                move |jobs: Vec<JobContext<(usize, u64)>>| {
+                    for job in &jobs {
+                        tally.record(job.payload.0, job.payload.1);
+                    }
+                    async move {
+                        if job_ms > 0 {
+                            tokio::time::sleep(Duration::from_millis(job_ms)).await;
+                        }
+                        jobs.iter().map(|_| JobResult::Ok(())).collect()
+                    }
+                },
+            ),
+        };
+    }
+    builder.check()?;
+    Ok(builder)
+}
+
+fn print_table(r: &Report) {
+    println!("broker          {}", r.broker);
+    println!("jobs            {}", r.jobs);
+    println!("completed       {}", r.completed);
+    println!("lost            {}", r.lost);
+    println!("duplicates      {}", r.duplicates);
+    println!(
+        "workers         {} × concurrency {} (prefetch {})",
+        r.workers, r.concurrency, r.prefetch
+    );
+    println!(
+        "enqueue         {:.3} s ({:.0} jobs/s)",
+        r.enqueue_s,
+        r.jobs as f64 / r.enqueue_s.max(1e-9)
+    );
+    println!("drain           {:.3} s", r.drain_s);
+    println!("throughput      {:.0} jobs/s", r.jobs_per_s);
+    println!(
+        "fetches         {} ({:.1} jobs per fetch)",
+        r.fetches, r.jobs_per_fetch
+    );
+    println!("settlements     {} round trips", r.settle_calls);
+    println!(
+        "latency         p50 {:.2} ms, p99 {:.2} ms (enqueue to start)",
+        r.latency_ms.p50, r.latency_ms.p99
+    );
+    let shown: Vec<u32> = r.batch_sizes.iter().take(40).copied().collect();
+    let more = if r.batch_sizes.len() > 40 { " …" } else { "" };
+    println!("batch sizes     {}{more}", run_lengths(&shown));
+}

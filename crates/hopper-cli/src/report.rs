@@ -1,0 +1,51 @@
+//! Formatting shared by the commands.
+
+/// Run-length form of a size list, for runs of three or more: `1 1 16 16 16 10` →
+/// `1 1 16 ×3 10`.
+pub fn run_lengths(sizes: &[u32]) -> String {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < sizes.len() {
+        let mut j = i;
+        while j < sizes.len() && sizes[j] == sizes[i] {
+            j += 1;
+        }
+        match j - i {
+            n @ (1 | 2) => out.extend(std::iter::repeat_n(sizes[i].to_string(), n)),
+            n => out.push(format!("{} ×{n}", sizes[i])),
+        }
+        i = j;
+    }
+    out.join(" ")
+}
+
+/// The `p`th percentile (0–100) of sorted values, nearest rank.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_lengths_group_repeats() {
+        assert_eq!(
+            run_lengths(&[1, 1, 2, 2, 16, 16, 16, 10]),
+            "1 1 2 2 16 ×3 10"
+        );
+        assert_eq!(run_lengths(&[]), "");
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&[3.0], 99.0), 3.0);
+    }
+}

@@ -1,0 +1,199 @@
+//! The `hopper` command end to end: the demo, load runs on memory and SQLite, bad input.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+fn hopper(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hopper"))
+        .args(args)
+        .env_remove("HOPPER_BROKER")
+        .output()
+        .expect("the hopper binary runs")
+}
+
+/// A fresh SQLite URL in the temp directory, unique per test.
+fn sqlite_url(name: &str) -> (String, PathBuf) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "hopper-cli-{}-{}-{name}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    (format!("sqlite://{}", dir.join("jobs.db").display()), dir)
+}
+
+fn load_json(args: &[&str]) -> serde_json::Value {
+    let out = hopper(args);
+    assert!(
+        out.status.success(),
+        "hopper {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("--json prints one JSON object")
+}
+
+fn sizes(report: &serde_json::Value) -> Vec<u64> {
+    report["batch_sizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn load_on_memory_runs_every_job_once() {
+    let r = load_json(&[
+        "load",
+        "--broker",
+        "memory://",
+        "--jobs",
+        "20000",
+        "--concurrency",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(r["completed"], 20000);
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["duplicates"], 0);
+    let s = sizes(&r);
+    assert_eq!(s.iter().sum::<u64>(), 20000);
+    assert!(s.iter().all(|&n| n <= 50), "max_batch 50 caps every fetch");
+    for key in ["enqueue_s", "drain_s", "jobs_per_s", "jobs_per_fetch"] {
+        assert!(r[key].as_f64().unwrap() > 0.0, "{key}");
+    }
+    assert!(r["latency_ms"]["p99"].as_f64().unwrap() >= r["latency_ms"]["p50"].as_f64().unwrap());
+}
+
+#[test]
+fn load_on_sqlite_with_two_workers_loses_nothing_and_claims_by_slots() {
+    let (url, dir) = sqlite_url("two-workers");
+    let r = load_json(&[
+        "load",
+        "--broker",
+        &url,
+        "--jobs",
+        "5000",
+        "--workers",
+        "2",
+        "--concurrency",
+        "10",
+        "--queues",
+        "a,b",
+        "--json",
+    ]);
+    std::fs::remove_dir_all(dir).ok();
+    assert_eq!(r["completed"], 5000);
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["duplicates"], 0);
+    assert_eq!(r["workers"], 2);
+    // Two queues at concurrency 10 each: a fetch holds at most 20 jobs.
+    assert!(sizes(&r).iter().all(|&n| n <= 20), "{:?}", sizes(&r));
+}
+
+#[test]
+fn load_with_a_batch_handler_and_auto_prefetch() {
+    let (url, dir) = sqlite_url("batch");
+    let r = load_json(&[
+        "load",
+        "--broker",
+        &url,
+        "--jobs",
+        "2000",
+        "--concurrency",
+        "2",
+        "--batch",
+        "25",
+        "--prefetch",
+        "100",
+        "--max-batch",
+        "100",
+        "--json",
+    ]);
+    assert_eq!(r["completed"], 2000);
+    assert!(sizes(&r).iter().all(|&n| n <= 100));
+    let r = load_json(&[
+        "load",
+        "--broker",
+        &url,
+        "--jobs",
+        "300",
+        "--concurrency",
+        "1",
+        "--prefetch",
+        "auto",
+        "--json",
+    ]);
+    std::fs::remove_dir_all(dir).ok();
+    assert_eq!(r["completed"], 300);
+    let s = sizes(&r);
+    assert_eq!(
+        &s[..4],
+        &[1, 1, 2, 2],
+        "auto starts small and doubles: {s:?}"
+    );
+    assert!(s.iter().all(|&n| n <= 16));
+}
+
+#[test]
+fn the_demo_passes_on_the_embedded_default() {
+    let (url, dir) = sqlite_url("demo");
+    let out = hopper(&["demo", "--broker", &url]);
+    std::fs::remove_dir_all(dir).ok();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("batch sizes    1 ×40"), "{text}");
+    assert!(text.contains("batch sizes    1 1 2 2 4 4 8 8 "), "{text}");
+    assert!(text.contains("batch sizes    1 ×10"), "{text}");
+    assert!(text.trim_end().ends_with("PASS: 5 checks"), "{text}");
+    assert!(!text.contains("FAIL"));
+}
+
+#[test]
+fn bad_input_is_refused_by_name_and_hides_passwords() {
+    let out = hopper(&[
+        "load",
+        "--broker",
+        "postgres://app:s3cret@db/jobs",
+        "--jobs",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid broker URL `postgres://app:***@db/jobs`"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret"));
+
+    let out = hopper(&[
+        "load",
+        "--broker",
+        "memory://",
+        "--jobs",
+        "1",
+        "--prefetch",
+        "eager",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid prefetch `eager`"), "{err}");
+
+    let out = hopper(&[
+        "load",
+        "--broker",
+        "memory://",
+        "--jobs",
+        "10",
+        "--max-batch",
+        "5000",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid max_batch of queue load `5000`: allowed: 1..=1000"),
+        "{err}"
+    );
+}
