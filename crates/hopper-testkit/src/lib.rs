@@ -26,10 +26,15 @@
 //! - [`cases`]: the cases, one `pub async fn` each, callable on their own.
 //! - [`helpers`]: enqueueing, fetching and settling shorthands, and
 //!   [`claim_concurrently`](helpers::claim_concurrently).
+//! - [`cleanup`]: [`WithCleanup`], a broker that removes its schema or database when
+//!   dropped, and [`unique_name`].
 //! - [`broker_suite!`]: the macro that turns the cases into tests.
 
 pub mod cases;
+pub mod cleanup;
 pub mod helpers;
+
+pub use cleanup::{WithCleanup, unique_name};
 
 #[doc(hidden)]
 pub mod __private {

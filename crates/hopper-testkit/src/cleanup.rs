@@ -1,0 +1,103 @@
+//! [`WithCleanup`]: a broker that runs a cleanup when the last handle to it drops, so a
+//! suite case on a server broker leaves no schema, database or vhost behind.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hopper_core::{
+    Broker, CancelOutcome, Capabilities, FetchRequest, Fetched, JobId, JobRecord, LeaseId, NewJob,
+    QueueCounts, Result, SettleReport, Settlement,
+};
+use tokio::sync::watch;
+
+type Cleanup = Box<dyn FnOnce() + Send + Sync>;
+
+/// A broker plus a cleanup that runs after the broker itself is dropped.
+///
+/// The cleanup is a plain closure: run it on a thread of its own (with its own runtime if it
+/// needs async I/O), since it may be dropped inside a runtime that is shutting down.
+pub struct WithCleanup {
+    broker: Option<Arc<dyn Broker>>,
+    cleanup: Option<Cleanup>,
+}
+
+impl WithCleanup {
+    /// Wraps `broker`; `cleanup` runs when this wrapper drops, after the broker.
+    pub fn new(broker: Arc<dyn Broker>, cleanup: impl FnOnce() + Send + Sync + 'static) -> Self {
+        WithCleanup {
+            broker: Some(broker),
+            cleanup: Some(Box::new(cleanup)),
+        }
+    }
+
+    fn inner(&self) -> &Arc<dyn Broker> {
+        self.broker.as_ref().expect("present until drop")
+    }
+}
+
+impl fmt::Debug for WithCleanup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("WithCleanup").field(self.inner()).finish()
+    }
+}
+
+impl Drop for WithCleanup {
+    fn drop(&mut self) {
+        drop(self.broker.take());
+        if let Some(cleanup) = self.cleanup.take() {
+            // A thread of its own: the cleanup may block, and we may be inside a runtime.
+            let _ = std::thread::spawn(cleanup).join();
+        }
+    }
+}
+
+#[async_trait]
+impl Broker for WithCleanup {
+    fn capabilities(&self) -> Capabilities {
+        self.inner().capabilities()
+    }
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        self.inner().enqueue(jobs).await
+    }
+    async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
+        self.inner().fetch(request).await
+    }
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        self.inner().settle(settlements).await
+    }
+    async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
+        self.inner().renew(leases, ttl).await
+    }
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        self.inner().cancel(id).await
+    }
+    async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        self.inner().job(id).await
+    }
+    async fn counts(&self, queue: &str) -> Result<QueueCounts> {
+        self.inner().counts(queue).await
+    }
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
+        self.inner().dead_letters(queue, limit).await
+    }
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        self.inner().purge(queue).await
+    }
+    fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
+        self.inner().wake_signal()
+    }
+}
+
+/// A name no other test of any process uses at the same time: `prefix_<pid>_<n>`, made of
+/// characters every server accepts in a schema, database or queue name.
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
