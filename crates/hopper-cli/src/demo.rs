@@ -93,7 +93,7 @@ fn print_phase(title: &str, p: &Phase) {
 /// Runs the three phases and prints each check; exit 0 when all pass.
 pub async fn run(url: &str) -> Result<ExitCode> {
     let broker = hopper::connect(url).await?;
-    println!("broker {}\n", hopper::redact(url));
+    println!("broker {}\n", hopper::redact_url(url));
     let mut checks = Checks::default();
 
     let a = phase(&broker, "hopper-demo.a", 40, 10, Prefetch::Fixed(1)).await?;

@@ -220,7 +220,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         .unwrap_or_default();
     lat.sort_by(f64::total_cmp);
     let report = Report {
-        broker: hopper::redact(url),
+        broker: hopper::redact_url(url),
         jobs: args.jobs,
         completed,
         lost: args.jobs as u64 - completed,

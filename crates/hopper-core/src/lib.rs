@@ -9,6 +9,7 @@
 //! - [`worker`]: the [`Worker`] runtime: event loop, elastic pool, settlements, leases.
 //! - [`memory`]: the in-process broker and its topics.
 //! - [`clock`]: where brokers read the time, so tests can run on tokio's paused clock.
+//! - [`url`]: [`redact_url`], so passwords in broker URLs never reach logs.
 //! - [`error`]: [`Error`] and [`ConfigError`].
 
 pub mod broker;
@@ -18,6 +19,7 @@ pub mod job;
 pub mod memory;
 pub mod prefetch;
 pub mod retry;
+pub mod url;
 pub mod worker;
 
 pub use broker::{
@@ -30,6 +32,7 @@ pub use job::{Job, JobId, LeaseId, Millis, NewJob, RunAt};
 pub use memory::MemoryBroker;
 pub use prefetch::{AutoSizer, Prefetch};
 pub use retry::RetryPolicy;
+pub use url::redact_url;
 pub use worker::{
     JobContext, JobError, JobResult, QueueOptions, QueueStats, Worker, WorkerCounts, WorkerHandle,
     WorkerStats,

@@ -1,0 +1,6 @@
+SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers::text, created_at,
+       state, lease_id, last_error
+FROM {schema}.hopper_jobs
+WHERE queue = $1 AND state = 3
+ORDER BY finished_at, id
+LIMIT $2

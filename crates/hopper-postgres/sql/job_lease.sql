@@ -1,0 +1,1 @@
+SELECT state, lease_id FROM {schema}.hopper_jobs WHERE id = $1

@@ -1,0 +1,1 @@
+DELETE FROM {schema}.hopper_jobs WHERE queue = $1

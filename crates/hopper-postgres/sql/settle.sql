@@ -1,0 +1,29 @@
+WITH now AS (SELECT coalesce($6::bigint, {schema}.hopper_now_ms()) AS ms),
+s AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::bigint[], $5::text[])
+        AS s(id, lease, kind, delay_ms, error)
+),
+acked AS (
+    DELETE FROM {schema}.hopper_jobs AS t
+    USING s
+    WHERE NOT $7::bool AND s.kind = 0
+      AND t.id = s.id AND t.state = 1 AND t.lease_id = s.lease
+    RETURNING t.id
+),
+changed AS (
+    UPDATE {schema}.hopper_jobs AS t
+    SET state = CASE s.kind WHEN 0 THEN 2 WHEN 1 THEN 0 WHEN 2 THEN 3 WHEN 3 THEN 0 ELSE 4 END,
+        run_at = CASE s.kind WHEN 1 THEN now.ms + s.delay_ms ELSE t.run_at END,
+        attempt = CASE s.kind WHEN 3 THEN greatest(t.attempt - 1, 0) ELSE t.attempt END,
+        last_error = CASE WHEN s.kind IN (1, 2) THEN s.error ELSE t.last_error END,
+        finished_at = CASE WHEN s.kind IN (0, 2, 4) THEN now.ms END,
+        lease_id = NULL,
+        lease_expires = NULL
+    FROM s, now
+    WHERE ($7::bool OR s.kind <> 0)
+      AND t.id = s.id AND t.state = 1 AND t.lease_id = s.lease
+    RETURNING t.id
+)
+SELECT id FROM acked
+UNION ALL
+SELECT id FROM changed

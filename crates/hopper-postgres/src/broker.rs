@@ -1,0 +1,565 @@
+//! [`PgBroker`]: the [`Broker`] over PostgreSQL.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hopper_core::job::to_millis;
+use hopper_core::{
+    Broker, CancelOutcome, Capabilities, Error, FetchRequest, Fetched, Job, JobId, JobRecord,
+    JobState, LeaseId, Millis, NewJob, Outcome, QueueCounts, Result, RunAt, SettleReport,
+    Settlement,
+};
+use sqlx::Row;
+use sqlx::postgres::{PgConnection, PgRow};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::conn::Connections;
+use crate::migrate::{check_version, version};
+use crate::options::PgOptions;
+use crate::sql::Sql;
+use crate::url::BrokerUrl;
+
+/// How often, at most, one broker returns expired leases to their queues.
+const REAP_EVERY_MS: Millis = 1000;
+/// How often, at most, one broker prunes completed jobs past their retention.
+const PRUNE_EVERY_MS: Millis = 60_000;
+
+/// The PostgreSQL broker. Cheap to clone: clones share connections and wake-ups.
+#[derive(Debug, Clone)]
+pub struct PgBroker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    conns: Connections,
+    sql: Sql,
+    options: PgOptions,
+    channel: String,
+    wake: watch::Sender<u64>,
+    listener: Option<JoinHandle<()>>,
+    last_reap: AtomicI64,
+    last_prune: AtomicI64,
+    shown_url: String,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(l) = &self.listener {
+            l.abort();
+        }
+    }
+}
+
+fn db_err(what: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
+    move |e| Error::broker(what.to_owned(), e)
+}
+
+impl PgBroker {
+    /// Connects with default options and the schema named by the URL's `?schema=`
+    /// (default `hopper`). Refuses a schema whose migrations are behind this build.
+    pub async fn connect(url: &str) -> Result<PgBroker> {
+        let parsed = BrokerUrl::parse(url)?;
+        let mut options = PgOptions::default();
+        if let Some(schema) = parsed.schema.clone() {
+            options.schema = schema;
+        }
+        Self::connect_with(url, options).await
+    }
+
+    /// Connects with `options`; a `?schema=` in the URL is ignored in favour of
+    /// `options.schema`.
+    pub async fn connect_with(url: &str, options: PgOptions) -> Result<PgBroker> {
+        options.validate()?;
+        let parsed = BrokerUrl::parse(url)?;
+        let conns = Connections::new(
+            parsed.options.clone(),
+            parsed.shown.clone(),
+            options.connections,
+        );
+        {
+            let mut held = conns.get().await?;
+            let found = version(held.conn(), &options.schema)
+                .await
+                .map_err(db_err("reading the schema version"))?;
+            check_version(found, &options.schema, &parsed.shown)?;
+        }
+        let channel = format!("hopper.{}", options.schema);
+        let wake = watch::channel(0).0;
+        let listener = options.listen.then(|| {
+            crate::listen::spawn(
+                parsed.options.clone(),
+                channel.clone(),
+                wake.clone(),
+                parsed.shown.clone(),
+            )
+        });
+        Ok(PgBroker {
+            inner: Arc::new(Inner {
+                conns,
+                sql: Sql::for_schema(&options.schema),
+                channel,
+                wake,
+                listener,
+                last_reap: AtomicI64::new(i64::MIN),
+                last_prune: AtomicI64::new(i64::MIN),
+                shown_url: parsed.shown,
+                options,
+            }),
+        })
+    }
+
+    /// The schema this broker works in.
+    pub fn schema(&self) -> &str {
+        &self.inner.options.schema
+    }
+
+    /// Enqueues inside the caller's own transaction (or connection): the jobs exist if and
+    /// only if that transaction commits. Pass `&mut *tx` for an sqlx `Transaction`.
+    pub async fn enqueue_in(
+        &self,
+        conn: &mut PgConnection,
+        jobs: Vec<NewJob>,
+    ) -> Result<Vec<JobId>> {
+        let query = self.enqueue_query(&jobs)?;
+        let rows = sqlx::query_scalar::<_, i64>(self.inner.sql.enqueue.clone())
+            .bind(query.queues)
+            .bind(query.payloads)
+            .bind(query.priorities)
+            .bind(query.run_at)
+            .bind(query.delay_ms)
+            .bind(query.max_attempts)
+            .bind(query.headers)
+            .bind(self.now())
+            .bind(&self.inner.channel)
+            .fetch_all(conn)
+            .await
+            .map_err(db_err("enqueueing jobs"))?;
+        Ok(rows.into_iter().map(JobId).collect())
+    }
+
+    /// Closes the broker's connections. Other clones stop working.
+    pub async fn close(&self) {
+        self.inner.conns.close().await;
+    }
+
+    /// The time to send: `None` lets the database clock decide.
+    fn now(&self) -> Option<Millis> {
+        self.inner.options.clock.map(|c| c.now_millis())
+    }
+
+    fn bump(&self) {
+        self.inner.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn enqueue_query(&self, jobs: &[NewJob]) -> Result<EnqueueArrays> {
+        let now = self.now();
+        let mut a = EnqueueArrays::with_capacity(jobs.len());
+        for job in jobs {
+            job.validate()?;
+            let (run_at, delay) = match (now, job.run_at) {
+                (Some(now), _) => (Some(job.run_at_millis(now)), 0),
+                (None, RunAt::Now) => (None, 0),
+                (None, RunAt::At(t)) => (Some(to_millis(t)), 0),
+                (None, RunAt::After(d)) => (None, d.as_millis() as i64),
+            };
+            a.queues.push(job.queue.clone());
+            a.payloads.push(job.payload.clone());
+            a.priorities.push(job.priority);
+            a.run_at.push(run_at);
+            a.delay_ms.push(delay);
+            a.max_attempts
+                .push(job.max_attempts.min(i32::MAX as u32) as i32);
+            a.headers.push(if job.headers.is_empty() {
+                None
+            } else {
+                Some(
+                    serde_json::to_string(&job.headers)
+                        .map_err(|e| Error::Encode(e.to_string()))?,
+                )
+            });
+        }
+        Ok(a)
+    }
+
+    /// Runs the reaper and the pruning of completed jobs when they are due.
+    async fn housekeeping(&self, conn: &mut PgConnection, now_hint: Millis) -> Result<()> {
+        let last = self.inner.last_reap.load(Ordering::Relaxed);
+        if now_hint.saturating_sub(last) >= REAP_EVERY_MS
+            && self
+                .inner
+                .last_reap
+                .compare_exchange(last, now_hint, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let states: Vec<i16> = sqlx::query_scalar(self.inner.sql.reap.clone())
+                .bind(self.now())
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(db_err("returning jobs of expired leases"))?;
+            if states.contains(&0) {
+                self.bump();
+            }
+        }
+        if let Some(keep) = self.inner.options.keep_completed {
+            let last = self.inner.last_prune.load(Ordering::Relaxed);
+            if now_hint.saturating_sub(last) >= PRUNE_EVERY_MS
+                && self
+                    .inner
+                    .last_prune
+                    .compare_exchange(last, now_hint, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                sqlx::query(self.inner.sql.prune_completed.clone())
+                    .bind(self.now())
+                    .bind(keep.as_millis() as i64)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(db_err("pruning completed jobs"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct EnqueueArrays {
+    queues: Vec<String>,
+    payloads: Vec<Vec<u8>>,
+    priorities: Vec<i32>,
+    run_at: Vec<Option<i64>>,
+    delay_ms: Vec<i64>,
+    max_attempts: Vec<i32>,
+    headers: Vec<Option<String>>,
+}
+
+impl EnqueueArrays {
+    fn with_capacity(n: usize) -> Self {
+        EnqueueArrays {
+            queues: Vec::with_capacity(n),
+            payloads: Vec::with_capacity(n),
+            priorities: Vec::with_capacity(n),
+            run_at: Vec::with_capacity(n),
+            delay_ms: Vec::with_capacity(n),
+            max_attempts: Vec::with_capacity(n),
+            headers: Vec::with_capacity(n),
+        }
+    }
+}
+
+/// Decodes the job columns every job-returning statement selects first, in this order:
+/// id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at.
+fn job_from_row(row: &PgRow, lease: LeaseId) -> Result<Job, sqlx::Error> {
+    let headers: Option<String> = row.try_get(7)?;
+    let headers: BTreeMap<String, String> = match headers {
+        Some(text) => serde_json::from_str(&text).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        None => BTreeMap::new(),
+    };
+    Ok(Job {
+        id: JobId(row.try_get(0)?),
+        queue: row.try_get(1)?,
+        payload: row.try_get(2)?,
+        priority: row.try_get(3)?,
+        run_at: row.try_get(4)?,
+        attempt: row.try_get::<i32, _>(5)?.max(0) as u32,
+        max_attempts: row.try_get::<i32, _>(6)?.max(1) as u32,
+        headers,
+        created_at: row.try_get(8)?,
+        lease,
+    })
+}
+
+fn record_from_row(row: &PgRow) -> Result<JobRecord, sqlx::Error> {
+    let state: i16 = row.try_get(9)?;
+    let lease: Option<i64> = row.try_get(10)?;
+    let state = match state {
+        0 => JobState::Pending,
+        1 => JobState::Leased,
+        2 => JobState::Completed,
+        3 => JobState::Dead,
+        _ => JobState::Cancelled,
+    };
+    let lease = match state {
+        JobState::Leased => LeaseId(lease.unwrap_or(0)),
+        _ => LeaseId(0),
+    };
+    Ok(JobRecord {
+        job: job_from_row(row, lease)?,
+        state,
+        last_error: row.try_get(11)?,
+    })
+}
+
+fn outcome_kind(o: &Outcome) -> (i16, i64, Option<&str>) {
+    match o {
+        Outcome::Ack => (0, 0, None),
+        Outcome::Retry { delay, error } => (1, delay.as_millis() as i64, Some(error)),
+        Outcome::DeadLetter { error } => (2, 0, Some(error)),
+        Outcome::Release => (3, 0, None),
+        Outcome::Cancel => (4, 0, None),
+    }
+}
+
+#[async_trait]
+impl Broker for PgBroker {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            name: "postgres",
+            durable: true,
+            in_process: false,
+            delayed: true,
+            priorities: true,
+            leases: true,
+            topics: false,
+        }
+    }
+
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut held = self.inner.conns.get().await?;
+        let result = self.enqueue_in(held.conn(), jobs).await;
+        if let Err(Error::Broker {
+            source: Some(src), ..
+        }) = &result
+        {
+            if let Some(e) = src.downcast_ref::<sqlx::Error>() {
+                held.check(e);
+            }
+        }
+        if result.is_ok() {
+            self.bump();
+        }
+        result
+    }
+
+    async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
+        let lease = LeaseId::random();
+        let now = self.now();
+        let now_hint = now.unwrap_or_else(|| to_millis(std::time::SystemTime::now()));
+        let (queues, limits): (Vec<String>, Vec<i32>) = request
+            .budgets
+            .iter()
+            .filter(|b| b.limit > 0)
+            .map(|b| (b.queue.clone(), b.limit.min(i32::MAX as usize) as i32))
+            .unzip();
+        if queues.is_empty() {
+            return Ok(Fetched {
+                lease,
+                jobs: Vec::new(),
+                next_due: None,
+            });
+        }
+        let mut held = self.inner.conns.get().await?;
+        self.housekeeping(held.conn(), now_hint).await?;
+        let rows = sqlx::query(self.inner.sql.claim.clone())
+            .bind(&queues)
+            .bind(&limits)
+            .bind(now)
+            .bind(lease.0)
+            .bind(request.lease_ttl.as_millis() as i64)
+            .fetch_all(held.conn())
+            .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) => {
+                held.check(&e);
+                return Err(Error::broker("claiming jobs", e));
+            }
+        };
+        let mut jobs = rows
+            .iter()
+            .map(|r| job_from_row(r, lease))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db_err("decoding claimed jobs"))?;
+        jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.run_at, j.id));
+        let mut next_due = None;
+        if jobs.len() < request.total() {
+            next_due = sqlx::query_scalar::<_, Option<i64>>(self.inner.sql.next_due.clone())
+                .bind(&queues)
+                .bind(now)
+                .fetch_one(held.conn())
+                .await
+                .map_err(db_err("finding the next due job"))?;
+        }
+        Ok(Fetched {
+            lease,
+            jobs,
+            next_due,
+        })
+    }
+
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        if settlements.is_empty() {
+            return Ok(SettleReport::default());
+        }
+        let n = settlements.len();
+        let (mut ids, mut leases, mut kinds, mut delays, mut errors) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let mut requeues = false;
+        for s in &settlements {
+            let (kind, delay, error) = outcome_kind(&s.outcome);
+            requeues |= kind == 1 || kind == 3;
+            ids.push(s.job.0);
+            leases.push(s.lease.0);
+            kinds.push(kind);
+            delays.push(delay);
+            errors.push(error.map(str::to_owned));
+        }
+        let mut held = self.inner.conns.get().await?;
+        let applied: Vec<i64> = match sqlx::query_scalar(self.inner.sql.settle.clone())
+            .bind(&ids)
+            .bind(&leases)
+            .bind(&kinds)
+            .bind(&delays)
+            .bind(&errors)
+            .bind(self.now())
+            .bind(self.inner.options.keep_completed.is_some())
+            .fetch_all(held.conn())
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                held.check(&e);
+                return Err(Error::broker("settling jobs", e));
+            }
+        };
+        drop(held);
+        if requeues {
+            self.bump();
+        }
+        let applied_set: HashSet<i64> = applied.iter().copied().collect();
+        Ok(SettleReport {
+            applied: applied.len(),
+            fenced: ids
+                .into_iter()
+                .filter(|id| !applied_set.contains(id))
+                .map(JobId)
+                .collect(),
+        })
+    }
+
+    async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = leases.iter().map(|l| l.0).collect();
+        let mut held = self.inner.conns.get().await?;
+        let renewed: Vec<i64> = match sqlx::query_scalar(self.inner.sql.renew.clone())
+            .bind(&ids)
+            .bind(ttl.as_millis() as i64)
+            .bind(self.now())
+            .fetch_all(held.conn())
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                held.check(&e);
+                return Err(Error::broker("renewing leases", e));
+            }
+        };
+        let renewed: HashSet<i64> = renewed.into_iter().collect();
+        Ok(leases
+            .iter()
+            .copied()
+            .filter(|l| !renewed.contains(&l.0))
+            .collect())
+    }
+
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        let mut held = self.inner.conns.get().await?;
+        let cancelled: Option<i64> = sqlx::query_scalar(self.inner.sql.cancel.clone())
+            .bind(id.0)
+            .bind(self.now())
+            .fetch_optional(held.conn())
+            .await
+            .map_err(db_err("cancelling a job"))?;
+        if cancelled.is_some() {
+            return Ok(CancelOutcome::Cancelled);
+        }
+        let row: Option<(i16, Option<i64>)> = sqlx::query_as(self.inner.sql.job_lease.clone())
+            .bind(id.0)
+            .fetch_optional(held.conn())
+            .await
+            .map_err(db_err("reading a job's lease"))?;
+        Ok(match row {
+            Some((1, Some(lease))) => CancelOutcome::Held(LeaseId(lease)),
+            _ => CancelOutcome::NotFound,
+        })
+    }
+
+    async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        let mut held = self.inner.conns.get().await?;
+        let row = sqlx::query(self.inner.sql.job_record.clone())
+            .bind(id.0)
+            .fetch_optional(held.conn())
+            .await
+            .map_err(db_err("reading a job"))?;
+        row.as_ref()
+            .map(record_from_row)
+            .transpose()
+            .map_err(db_err("decoding a job"))
+    }
+
+    async fn counts(&self, queue: &str) -> Result<QueueCounts> {
+        let mut held = self.inner.conns.get().await?;
+        let (pending, scheduled, leased, dead): (i64, i64, i64, i64) =
+            sqlx::query_as(self.inner.sql.counts.clone())
+                .bind(queue)
+                .bind(self.now())
+                .fetch_one(held.conn())
+                .await
+                .map_err(db_err("counting jobs"))?;
+        Ok(QueueCounts {
+            pending: pending as u64,
+            scheduled: scheduled as u64,
+            leased: leased as u64,
+            dead: dead as u64,
+        })
+    }
+
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
+        let mut held = self.inner.conns.get().await?;
+        let rows = sqlx::query(self.inner.sql.dead_letters.clone())
+            .bind(queue)
+            .bind(limit.min(i64::MAX as usize) as i64)
+            .fetch_all(held.conn())
+            .await
+            .map_err(db_err("listing dead letters"))?;
+        rows.iter()
+            .map(record_from_row)
+            .collect::<Result<_, _>>()
+            .map_err(db_err("decoding dead letters"))
+    }
+
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        let mut held = self.inner.conns.get().await?;
+        let done = sqlx::query(self.inner.sql.purge.clone())
+            .bind(queue)
+            .execute(held.conn())
+            .await
+            .map_err(db_err("purging a queue"))?;
+        Ok(done.rows_affected())
+    }
+
+    fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner.wake.subscribe())
+    }
+}
+
+impl PgBroker {
+    /// The URL this broker connected to, password hidden.
+    pub fn url(&self) -> &str {
+        &self.inner.shown_url
+    }
+}

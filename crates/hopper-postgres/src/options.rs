@@ -1,0 +1,97 @@
+//! [`PgOptions`]: the schema, the connections, the clock and the wake-ups of a broker.
+
+use std::time::Duration;
+
+use hopper_core::{Clock, ConfigError};
+
+/// The schema Hopper's tables live in unless told otherwise.
+pub const DEFAULT_SCHEMA: &str = "hopper";
+
+/// How a [`PgBroker`](crate::PgBroker) connects and behaves.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PgOptions {
+    /// The schema holding Hopper's tables, so several applications can share a database.
+    /// Lowercase letters, digits and `_`, starting with a letter or `_`, at most 63.
+    pub schema: String,
+    /// Dedicated connections a broker holds (1..=64, default 4).
+    pub connections: usize,
+    /// `None` (the default): every time comes from the database clock. `Some`: times are
+    /// read from this clock and sent as parameters, which tests use to run on tokio's
+    /// paused clock.
+    pub clock: Option<Clock>,
+    /// Wake idle workers with LISTEN/NOTIFY (default on). Off, they poll.
+    pub listen: bool,
+    /// Keep acknowledged jobs as completed for this long instead of deleting them.
+    pub keep_completed: Option<Duration>,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            schema: DEFAULT_SCHEMA.to_owned(),
+            connections: 4,
+            clock: None,
+            listen: true,
+            keep_completed: None,
+        }
+    }
+}
+
+impl PgOptions {
+    /// Sets the schema.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Sets how many dedicated connections the broker holds.
+    pub fn connections(mut self, n: usize) -> Self {
+        self.connections = n;
+        self
+    }
+
+    /// Reads times from `clock` instead of the database.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Turns LISTEN/NOTIFY wake-ups on or off.
+    pub fn listen(mut self, on: bool) -> Self {
+        self.listen = on;
+        self
+    }
+
+    /// Keeps acknowledged jobs for `retention` (pruned as workers fetch).
+    pub fn keep_completed(mut self, retention: Duration) -> Self {
+        self.keep_completed = Some(retention);
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        validate_schema(&self.schema)?;
+        if !(1..=64).contains(&self.connections) {
+            return Err(ConfigError::new("connections", self.connections, "1..=64"));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a schema name: it is spliced into SQL as an identifier, so only a safe alphabet
+/// is accepted and no quoting is ever needed.
+pub(crate) fn validate_schema(schema: &str) -> Result<(), ConfigError> {
+    let mut chars = schema.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !first_ok || !rest_ok || schema.len() > 63 {
+        return Err(ConfigError::new(
+            "schema",
+            schema,
+            "1 to 63 of a-z 0-9 _, not starting with a digit",
+        ));
+    }
+    Ok(())
+}

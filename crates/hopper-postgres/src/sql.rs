@@ -1,0 +1,59 @@
+//! The statements, one per file under `sql/`, with the schema spliced in once at connect.
+
+use std::sync::Arc;
+
+use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
+
+use crate::migrate::MIGRATIONS;
+
+macro_rules! statements {
+    ($($name:ident),* $(,)?) => {
+        /// Every statement of the broker, rendered for one schema.
+        #[derive(Debug)]
+        pub(crate) struct Sql {
+            $(pub(crate) $name: SqlStr,)*
+        }
+
+        impl Sql {
+            pub(crate) fn for_schema(schema: &str) -> Self {
+                Sql {
+                    $($name: statement(include_str!(concat!("../sql/", stringify!($name), ".sql")), schema),)*
+                }
+            }
+        }
+    };
+}
+
+statements!(
+    enqueue,
+    claim,
+    next_due,
+    reap,
+    settle,
+    renew,
+    cancel,
+    job_lease,
+    job_record,
+    counts,
+    dead_letters,
+    purge,
+    prune_completed,
+);
+
+/// A statement for `schema`, shared cheaply: its text is the key of each connection's
+/// prepared-statement cache. Safe to splice: the schema name was validated to a-z 0-9 _.
+pub(crate) fn statement(template: &str, schema: &str) -> SqlStr {
+    AssertSqlSafe(Arc::<str>::from(render(template, schema))).into_sql_str()
+}
+
+/// Splices a validated schema name into a statement.
+pub(crate) fn render(template: &str, schema: &str) -> String {
+    template
+        .replace("{schema_text}", schema)
+        .replace("{schema}", schema)
+}
+
+/// The schema version this build needs: the number of its migrations.
+pub(crate) fn needed_version() -> i32 {
+    MIGRATIONS.len() as i32
+}

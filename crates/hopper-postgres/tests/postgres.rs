@@ -1,0 +1,11 @@
+//! The PostgreSQL broker against the real server on 127.0.0.1 (override with
+//! `HOPPER_TEST_POSTGRES_URL`). Every test works in a schema of its own, dropped afterwards.
+
+mod postgres {
+    mod migrations;
+    mod suite;
+    pub mod support;
+    mod transactions;
+    mod wakeups;
+    mod workers;
+}

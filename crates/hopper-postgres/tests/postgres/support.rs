@@ -1,0 +1,67 @@
+//! A fresh schema per test, dropped when the test's broker is dropped.
+
+use std::sync::Arc;
+
+use hopper_core::{Broker, Clock};
+use hopper_postgres::{PgBroker, PgOptions};
+use hopper_testkit::{WithCleanup, unique_name};
+
+/// The server the tests use.
+pub fn url() -> String {
+    std::env::var("HOPPER_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// Drops `schema` on a thread of its own with a runtime of its own, so it can be called
+/// from async code and from a destructor alike.
+pub fn drop_schema(schema: String) {
+    let _ = std::thread::spawn(move || drop_schema_here(schema)).join();
+}
+
+fn drop_schema_here(schema: String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime for cleanup");
+    rt.block_on(async move {
+        use sqlx::Connection;
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&url()).await {
+            let sql = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await;
+            let _ = conn.close().await;
+        }
+    });
+}
+
+/// A migrated schema of its own; the returned options name it.
+pub async fn schema() -> PgOptions {
+    let options = PgOptions::default().schema(unique_name("hopper_t"));
+    hopper_postgres::migrate_with(&url(), &options)
+        .await
+        .expect("migrate a fresh schema");
+    options
+}
+
+/// A broker in a fresh schema, with `options` adjusted by `f`, that drops its schema when
+/// the last handle goes.
+pub async fn broker_with(f: impl FnOnce(PgOptions) -> PgOptions) -> (Arc<dyn Broker>, PgBroker) {
+    let options = f(schema().await);
+    let name = options.schema.clone();
+    let pg = PgBroker::connect_with(&url(), options)
+        .await
+        .expect("connect");
+    let wrapped: Arc<dyn Broker> = Arc::new(WithCleanup::new(Arc::new(pg.clone()), move || {
+        drop_schema(name)
+    }));
+    (wrapped, pg)
+}
+
+/// For the behaviour suite: times from tokio's (paused) clock, no LISTEN connection (its
+/// pool keeps timers the paused clock would run early).
+pub async fn fresh() -> Arc<dyn Broker> {
+    broker_with(|o| o.clock(Clock::tokio()).listen(false))
+        .await
+        .0
+}

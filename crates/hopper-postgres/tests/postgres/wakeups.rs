@@ -1,0 +1,66 @@
+//! LISTEN/NOTIFY: an idle worker finds a job enqueued by another process within a round
+//! trip, not a poll tick.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hopper_core::{Broker, JobContext, NewJob, QueueOptions, Worker};
+use tokio::sync::mpsc;
+
+use super::support::{broker_with, url};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_wakes_on_notify_from_another_connection() {
+    let (broker, pg) = broker_with(|o| o).await;
+    // A second broker on the same schema stands for another process.
+    let producer = hopper_postgres::PgBroker::connect_with(
+        &url(),
+        hopper_postgres::PgOptions::default()
+            .schema(pg.schema())
+            .listen(false),
+    )
+    .await
+    .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let worker = Worker::builder(broker.clone())
+        .poll_interval(Duration::from_secs(60))
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(1),
+            move |job: JobContext<u64>| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send((job.payload, Instant::now()));
+                    Ok(())
+                }
+            },
+        )
+        .start()
+        .unwrap();
+    // Let the worker go idle: its first fetch finds nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut waits = Vec::new();
+    for i in 0..5u64 {
+        let sent = Instant::now();
+        producer
+            .enqueue(vec![NewJob::json("q", &i).unwrap()])
+            .await
+            .unwrap();
+        let (got, started) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("woken well before the 60 s poll")
+            .unwrap();
+        assert_eq!(got, i);
+        waits.push(started - sent);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stats = worker.shutdown().await;
+    assert_eq!(stats.completed, 5);
+    // No assertion on speed (that is the benchmark's), only that no wake waited for a poll.
+    assert!(
+        waits.iter().all(|w| *w < Duration::from_secs(10)),
+        "{waits:?}"
+    );
+    producer.close().await;
+    drop(Arc::clone(&broker));
+}
