@@ -3,10 +3,12 @@
 //! # Layout
 //! - `demo`: the prefetch demonstration (`hopper demo`).
 //! - `load`: enqueue a backlog and drain it, printing throughput and latency (`hopper load`).
+//! - `migrate`: bring a SQL broker's schema up to date (`hopper migrate`).
 //! - `report`: small formatting helpers shared by the commands.
 
 mod demo;
 mod load;
+mod migrate;
 mod report;
 
 use std::process::ExitCode;
@@ -20,7 +22,7 @@ use clap::{Parser, Subcommand};
     about = "Background jobs and messages: run, load-test and inspect brokers"
 )]
 struct Cli {
-    /// Broker URL: memory://, sqlite://PATH.
+    /// Broker URL: memory://, sqlite://PATH, postgres://USER:PASSWORD@HOST/DB[?schema=NAME].
     #[arg(long, global = true, default_value = hopper::DEFAULT_BROKER_URL, env = "HOPPER_BROKER")]
     broker: String,
     #[command(subcommand)]
@@ -33,6 +35,8 @@ enum Command {
     Demo,
     /// Enqueue a backlog, drain it with one or more workers, and report the figures.
     Load(load::LoadArgs),
+    /// Create or upgrade the broker's schema (PostgreSQL, MySQL); a no-op elsewhere.
+    Migrate,
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Demo => demo::run(&cli.broker).await,
             Command::Load(args) => load::run(&cli.broker, args).await,
+            Command::Migrate => migrate::run(&cli.broker).await,
         }
     });
     match result {

@@ -197,3 +197,61 @@ fn bad_input_is_refused_by_name_and_hides_passwords() {
         "{err}"
     );
 }
+
+/// The PostgreSQL server the tests use, with a schema of the test's own.
+fn postgres_url(schema: &str) -> String {
+    let base = std::env::var("HOPPER_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    format!("{base}?schema={schema}")
+}
+
+fn drop_postgres_schema(schema: &str) {
+    let status = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc"])
+        .arg(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "dropping schema {schema}"
+    );
+}
+
+#[test]
+fn migrate_then_load_on_postgres() {
+    let schema = format!("hopper_cli_{}", std::process::id());
+    let url = postgres_url(&schema);
+    let out = hopper(&["load", "--broker", &url, "--jobs", "10"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is at version 0 but this build needs 1: run `hopper migrate --broker"),
+        "{err}"
+    );
+
+    let out = hopper(&["migrate", "--broker", &url]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 1 migration"));
+    let out = hopper(&["migrate", "--broker", &url]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("schema up to date"));
+
+    let r = load_json(&[
+        "load",
+        "--broker",
+        &url,
+        "--jobs",
+        "3000",
+        "--workers",
+        "2",
+        "--concurrency",
+        "10",
+        "--json",
+    ]);
+    drop_postgres_schema(&schema);
+    assert_eq!(r["completed"], 3000);
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["duplicates"], 0);
+    assert!(
+        sizes(&r).iter().all(|&n| n <= 10),
+        "slots: at most the 10 free slots"
+    );
+}

@@ -48,9 +48,7 @@ pub(crate) fn statement(template: &str, schema: &str) -> SqlStr {
 
 /// Splices a validated schema name into a statement.
 pub(crate) fn render(template: &str, schema: &str) -> String {
-    template
-        .replace("{schema_text}", schema)
-        .replace("{schema}", schema)
+    template.replace("{schema}", schema)
 }
 
 /// The schema version this build needs: the number of its migrations.

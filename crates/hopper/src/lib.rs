@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | `memory://` | [`MemoryBroker`], in-process, not durable | always |
 //! | `sqlite://PATH` | `SqliteBroker`, one durable file (the default) | `sqlite` (default) |
+//! | `postgres://user:pass@host/db[?schema=name]` | `PgBroker`, many workers on many machines | `postgres` |
 //!
 //! ```no_run
 //! use hopper::{JobContext, NewJob, QueueOptions, Worker};
@@ -36,6 +37,8 @@
 use std::sync::Arc;
 
 pub use hopper_core::*;
+#[cfg(feature = "postgres")]
+pub use hopper_postgres::{PgBroker, PgOptions};
 #[cfg(feature = "sqlite")]
 pub use hopper_sqlite::SqliteBroker;
 
@@ -43,30 +46,48 @@ pub use hopper_sqlite::SqliteBroker;
 pub const DEFAULT_BROKER_URL: &str = "sqlite://hopper.db";
 
 /// The URL schemes this build can connect to.
-pub fn supported_schemes() -> &'static str {
+pub fn supported_schemes() -> String {
+    let mut schemes = vec!["memory://"];
     if cfg!(feature = "sqlite") {
-        "memory://, sqlite://PATH"
-    } else {
-        "memory://"
+        schemes.push("sqlite://PATH");
     }
+    if cfg!(feature = "postgres") {
+        schemes.push("postgres://USER:PASSWORD@HOST/DB[?schema=NAME]");
+    }
+    schemes.join(", ")
+}
+
+fn refuse(url: &str) -> Error {
+    Error::Config(ConfigError::new(
+        "broker URL",
+        redact_url(url),
+        format!("one of {}", supported_schemes()),
+    ))
 }
 
 /// Opens the broker a URL names. Each call opens a new broker: two `memory://` calls give
-/// two separate sets of queues.
+/// two separate sets of queues. A SQL broker whose schema is behind this build is refused
+/// with the `hopper migrate` command to run.
 pub async fn connect(url: &str) -> Result<Arc<dyn Broker>> {
-    let refuse = || {
-        Error::Config(ConfigError::new(
-            "broker URL",
-            redact_url(url),
-            format!("one of {}", supported_schemes()),
-        ))
-    };
-    let (scheme, rest) = url.split_once("://").ok_or_else(refuse)?;
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| refuse(url))?;
     match scheme {
         "memory" if rest.is_empty() => Ok(Arc::new(MemoryBroker::new())),
         #[cfg(feature = "sqlite")]
         "sqlite" if !rest.is_empty() => Ok(Arc::new(SqliteBroker::open(rest).await?)),
-        _ => Err(refuse()),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(PgBroker::connect(url).await?)),
+        _ => Err(refuse(url)),
+    }
+}
+
+/// Brings the broker's schema up to this build's version; returns how many migrations ran.
+/// SQLite migrates itself when opened, and memory has no schema: both report 0.
+pub async fn migrate(url: &str) -> Result<u32> {
+    let (scheme, _) = url.split_once("://").ok_or_else(|| refuse(url))?;
+    match scheme {
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => hopper_postgres::migrate(url).await,
+        _ => connect(url).await.map(|_| 0),
     }
 }
 
