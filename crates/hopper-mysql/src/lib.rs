@@ -1,1 +1,46 @@
-//! placeholder
+//! Hopper's MySQL / MariaDB broker (`mysql://…`), for MySQL 8 and MariaDB 10.6+. Not for
+//! direct use: depend on `hopper`.
+//!
+//! Many worker processes on many machines share one database. A fetch claims its batch in
+//! one transaction: every queue's budget in one `SELECT … FOR UPDATE SKIP LOCKED`, one
+//! `UPDATE` that takes the rows under a fresh lease, `COMMIT`. The settlements of a call
+//! are one transaction too: one `DELETE` for the acks, one `UPDATE` for everything else.
+//! Enqueue is one multi-row `INSERT` per thousand jobs. Sessions run at READ COMMITTED, so
+//! claims lock rows, never the gaps between them.
+//!
+//! Times are milliseconds since the epoch, read from the database clock by default, so
+//! that every process agrees on lease expiry whatever its own clock says
+//! ([`MySqlOptions::clock`]). The schema is versioned: [`migrate()`] (the `hopper migrate`
+//! command) applies it, and a broker refuses to start on a schema that is behind.
+//!
+//! MySQL has no LISTEN/NOTIFY. A broker wakes its own idle workers when it enqueues or
+//! hands work back, and a background task polls `SELECT MAX(id)` on a connection of its
+//! own for jobs other processes enqueued: every 20 ms after it saw a change, backing off by
+//! doubling to once a second, so **an idle broker polls at most once a second**
+//! ([`MySqlOptions::wake_poll`]). Retries and releases made by other processes are found by
+//! the worker's own idle poll.
+//!
+//! # Layout
+//! - [`broker`]: [`MySqlBroker`], the [`Broker`](hopper_core::Broker) implementation:
+//!   clocks, wake-ups, and which calls may be repeated.
+//! - [`options`]: [`MySqlOptions`]: clock, connections, wake polling.
+//! - [`migrate`](mod@migrate): versioned migrations ([`migrate()`], `migrations/*.sql`)
+//!   and the version check at connect.
+//! - `queries`: each operation as it runs on one connection.
+//! - `conn`: the broker's dedicated connections, reconnection and transactions.
+//! - `poll`: the wake poller.
+//! - `sql`: every statement, one per file under `sql/`.
+//! - `url`: `mysql://` URLs, and keeping their passwords out of messages.
+
+pub mod broker;
+mod conn;
+pub mod migrate;
+pub mod options;
+mod poll;
+mod queries;
+mod sql;
+mod url;
+
+pub use broker::MySqlBroker;
+pub use migrate::migrate;
+pub use options::MySqlOptions;

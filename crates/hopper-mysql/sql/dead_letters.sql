@@ -1,0 +1,6 @@
+SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
+       state, lease_id, last_error
+FROM hopper_jobs
+WHERE state = 3 AND queue = ?
+ORDER BY finished_at, id
+LIMIT ?

@@ -1,0 +1,1 @@
+(?, 0, ?, COALESCE(?, {now} + ?), 0, ?, ?, ?, COALESCE(?, {now}))

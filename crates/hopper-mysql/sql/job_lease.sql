@@ -1,0 +1,1 @@
+SELECT state, lease_id FROM hopper_jobs WHERE id = ?

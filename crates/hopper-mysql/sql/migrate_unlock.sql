@@ -1,0 +1,1 @@
+SELECT RELEASE_LOCK(LEFT(CONCAT('hopper_migrate.', DATABASE()), 64))

@@ -1,0 +1,1 @@
+INSERT INTO hopper_migrations (version, applied_at) VALUES (?, {now})

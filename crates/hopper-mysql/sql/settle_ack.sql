@@ -1,0 +1,1 @@
+DELETE FROM hopper_jobs WHERE state = 1 AND (id, lease_id) IN ({pairs})

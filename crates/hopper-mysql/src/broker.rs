@@ -1,0 +1,338 @@
+//! [`MySqlBroker`]: the [`Broker`] over MySQL 8 or MariaDB 10.6+.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use hopper_core::job::to_millis;
+use hopper_core::{
+    Broker, CancelOutcome, Capabilities, Clock, Error, FetchRequest, Fetched, JobId, JobRecord,
+    LeaseId, Millis, NewJob, QueueCounts, Result, SettleReport, Settlement,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::conn::{Connections, Repeat, run, transaction};
+use crate::migrate::{check_version, version};
+use crate::options::MySqlOptions;
+use crate::queries::{self, millis};
+use crate::sql;
+use crate::url::BrokerUrl;
+
+/// How often, at most, one broker returns jobs of expired leases to their queues.
+const REAP_EVERY_MS: Millis = 1000;
+
+/// The MySQL / MariaDB broker. Cheap to clone: clones share connections and wake-ups.
+///
+/// Several brokers, in one process or many, share one database: claims lock the rows they
+/// take and skip rows others hold, so no job goes to two of them. With the default
+/// database clock they agree on lease expiry whatever their machines' clocks say.
+///
+/// A call whose future is dropped halfway closes the connection it was using, so the
+/// server rolls back whatever it had started.
+#[derive(Clone)]
+pub struct MySqlBroker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conns: Connections,
+    clock: Option<Clock>,
+    /// Bumped after this broker's own committed enqueues, retries and releases, and by the
+    /// wake poller when another process enqueued.
+    wake: watch::Sender<u64>,
+    poller: Option<JoinHandle<()>>,
+    /// When this broker last returned expired leases (ms, by its own reading of time).
+    last_reap: AtomicI64,
+    /// Whether the server accepts every budget of a fetch in one UNION ALL statement.
+    union_claims: AtomicBool,
+    /// `auto_increment_increment`: the step between the ids of one insert.
+    id_step: i64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(poller) = &self.poller {
+            poller.abort();
+        }
+    }
+}
+
+impl fmt::Debug for MySqlBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlBroker")
+            .field("url", &self.inner.conns.shown_url())
+            .field("clock", &self.inner.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MySqlBroker {
+    /// Connects with default [`MySqlOptions`]: the database clock, four connections, and
+    /// the wake poller.
+    ///
+    /// # Errors
+    /// A configuration error for a malformed URL; a broker error naming the URL (password
+    /// hidden) when the server cannot be reached, or when the schema is behind this build
+    /// (the message says to run `hopper migrate`) or ahead of it.
+    pub async fn connect(url: &str) -> Result<MySqlBroker> {
+        Self::connect_with(url, MySqlOptions::default()).await
+    }
+
+    /// Connects with `options`. See [`connect`](Self::connect).
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect), and a configuration error for an invalid option.
+    pub async fn connect_with(url: &str, options: MySqlOptions) -> Result<MySqlBroker> {
+        options.validate()?;
+        let parsed = BrokerUrl::parse(url)?;
+        let conns = Connections::new(
+            parsed.options.clone(),
+            parsed.shown.clone(),
+            options.connections,
+        );
+        let (found, id_step) = run!(&conns, "checking the schema", Repeat::Safe, |conn| async {
+            let found = version(conn).await?;
+            let step: i64 = sqlx::query_scalar(sql::fixed(&sql::ID_STEP))
+                .fetch_one(conn)
+                .await?;
+            Ok((found, step.max(1)))
+        })?;
+        check_version(found, &parsed.shown)?;
+        let wake = watch::channel(0).0;
+        let poller = options.wake_poll.map(|interval| {
+            crate::poll::spawn(
+                parsed.options.clone(),
+                parsed.shown.clone(),
+                interval,
+                wake.clone(),
+            )
+        });
+        Ok(MySqlBroker {
+            inner: Arc::new(Inner {
+                conns,
+                clock: options.clock,
+                wake,
+                poller,
+                last_reap: AtomicI64::new(i64::MIN),
+                union_claims: AtomicBool::new(true),
+                id_step,
+            }),
+        })
+    }
+
+    /// The URL this broker connected to, password hidden.
+    pub fn url(&self) -> &str {
+        self.inner.conns.shown_url()
+    }
+
+    /// Closes the broker's connections politely, waiting for calls in flight to finish with
+    /// theirs. Calls made afterwards open new ones.
+    pub async fn close(&self) {
+        self.inner.conns.close().await;
+    }
+
+    /// The time to send: `None` lets the database clock decide.
+    fn now(&self) -> Option<Millis> {
+        self.inner.clock.map(|c| c.now_millis())
+    }
+
+    fn wake(&self) {
+        self.inner.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Whether this fetch should return expired leases: at most once a second per broker.
+    fn reap_due(&self, now: Option<Millis>) -> bool {
+        let now = now.unwrap_or_else(|| to_millis(SystemTime::now()));
+        let last = self.inner.last_reap.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= REAP_EVERY_MS
+            && self
+                .inner
+                .last_reap
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+/// The budgets of a request with each queue once (limits of a repeated queue add up) and
+/// empty budgets left out.
+fn merge_budgets(request: &FetchRequest) -> Vec<(&str, usize)> {
+    let mut merged: BTreeMap<&str, usize> = BTreeMap::new();
+    for budget in request.budgets.iter().filter(|b| b.limit > 0) {
+        let limit = merged.entry(budget.queue.as_str()).or_default();
+        *limit = limit.saturating_add(budget.limit);
+    }
+    merged.into_iter().collect()
+}
+
+#[async_trait]
+impl Broker for MySqlBroker {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            name: "mysql",
+            durable: true,
+            in_process: false,
+            delayed: true,
+            priorities: true,
+            leases: true,
+            topics: false,
+        }
+    }
+
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        for job in &jobs {
+            job.validate()?;
+        }
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now();
+        let rows = queries::new_rows(&jobs, now).map_err(|e| Error::Encode(e.to_string()))?;
+        let chunks = queries::chunks(&rows);
+        let step = self.inner.id_step;
+        let conns = &self.inner.conns;
+        let ids = if let [only] = chunks[..] {
+            // One statement, committed on its own: if the connection breaks, it may have
+            // been applied, so it is not repeated.
+            run!(conns, "enqueueing jobs", Repeat::Unsafe, |conn| {
+                queries::insert(conn, only, now, step)
+            })?
+        } else {
+            transaction!(conns, "enqueueing jobs", |conn| async {
+                let mut ids = Vec::with_capacity(rows.len());
+                for chunk in &chunks {
+                    ids.extend(queries::insert(conn, chunk, now, step).await?);
+                }
+                Ok(ids)
+            })?
+        };
+        self.wake();
+        Ok(ids)
+    }
+
+    async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
+        let lease = LeaseId::random();
+        let budgets = merge_budgets(&request);
+        if budgets.is_empty() {
+            return Ok(Fetched {
+                lease,
+                jobs: Vec::new(),
+                next_due: None,
+            });
+        }
+        let now = self.now();
+        let ttl = millis(request.lease_ttl);
+        let reap = self.reap_due(now);
+        let union = &self.inner.union_claims;
+        let (jobs, next_due, reaped) =
+            transaction!(&self.inner.conns, "fetching jobs", |conn| async {
+                let reaped = if reap {
+                    queries::reap(conn, now).await?
+                } else {
+                    0
+                };
+                let jobs = queries::claim(conn, &budgets, lease, ttl, now, union).await?;
+                let short: Vec<&str> = budgets
+                    .iter()
+                    .filter(|(queue, limit)| {
+                        jobs.iter().filter(|j| j.queue == *queue).count() < *limit
+                    })
+                    .map(|(queue, _)| *queue)
+                    .collect();
+                let next_due = queries::next_due(conn, &short, now).await?;
+                Ok((jobs, next_due, reaped))
+            })?;
+        if reaped > 0 {
+            self.wake();
+        }
+        Ok(Fetched {
+            lease,
+            jobs,
+            next_due,
+        })
+    }
+
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        if settlements.is_empty() {
+            return Ok(SettleReport::default());
+        }
+        let now = self.now();
+        let settled = transaction!(&self.inner.conns, "settling jobs", |conn| {
+            queries::settle(conn, &settlements, now)
+        })?;
+        if settled.requeued {
+            self.wake();
+        }
+        Ok(settled.report)
+    }
+
+    async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
+        let mut seen = HashSet::with_capacity(leases.len());
+        let asked: Vec<i64> = leases
+            .iter()
+            .filter(|l| seen.insert(**l))
+            .map(|l| l.0)
+            .collect();
+        if asked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now();
+        let ttl = millis(ttl);
+        let live = run!(&self.inner.conns, "renewing leases", Repeat::Safe, |conn| {
+            queries::renew(conn, &asked, ttl, now)
+        })?;
+        Ok(asked
+            .into_iter()
+            .filter(|l| !live.contains(l))
+            .map(LeaseId)
+            .collect())
+    }
+
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        let now = self.now();
+        run!(
+            &self.inner.conns,
+            "cancelling a job",
+            Repeat::Unsafe,
+            |conn| { queries::cancel(conn, id, now) }
+        )
+    }
+
+    async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        run!(&self.inner.conns, "reading a job", Repeat::Safe, |conn| {
+            queries::job(conn, id)
+        })
+    }
+
+    async fn counts(&self, queue: &str) -> Result<QueueCounts> {
+        let now = self.now();
+        run!(&self.inner.conns, "counting jobs", Repeat::Safe, |conn| {
+            queries::counts(conn, queue, now)
+        })
+    }
+
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
+        run!(
+            &self.inner.conns,
+            "listing dead letters",
+            Repeat::Safe,
+            |conn| { queries::dead_letters(conn, queue, limit) }
+        )
+    }
+
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        run!(
+            &self.inner.conns,
+            "purging a queue",
+            Repeat::Unsafe,
+            |conn| { queries::purge(conn, queue) }
+        )
+    }
+
+    fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner.wake.subscribe())
+    }
+}

@@ -1,0 +1,226 @@
+//! Every statement the broker runs, one per file under `sql/`, so that SQL reads as SQL and
+//! the tree matches the other SQL brokers'. All values are bound parameters; job states
+//! appear as literals.
+//!
+//! Files hold placeholders in braces, expanded here into SQL, never into values:
+//! - `{now}`: the database clock in milliseconds ([`DB_NOW_MS`]). A statement that needs
+//!   "now" reads `COALESCE(?, {now})`, and the broker binds its own clock's reading or
+//!   NULL; so each statement is written once for both clocks.
+//! - `{ids}`: a list of `?`; `{pairs}`: a list of `(?, ?)`; `{rows}` and `{each}`: a
+//!   fragment file repeated (`enqueue_row.sql`, `settle_row.sql`, `next_due.sql`).
+//!
+//! Lists are padded to a power of two with inert values (0 is never a job id nor a lease
+//! id), so a connection prepares a handful of texts per statement and keeps them cached,
+//! rather than one per batch size; the server's `max_prepared_stmt_count` stays far away.
+
+use std::fmt::Write;
+use std::sync::LazyLock;
+
+use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
+
+use crate::migrate::MIGRATIONS;
+
+/// The database clock in milliseconds since the epoch. `NOW(3)` is fixed for the length of
+/// a statement, so every row of one statement sees the same instant, and the optimiser
+/// treats it as a constant (index ranges on `run_at` still apply). Sessions run in UTC
+/// (see `url`), where `UNIX_TIMESTAMP` of a local time is exact.
+pub(crate) const DB_NOW_MS: &str = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
+
+/// The most items one list statement carries; longer inputs are split into several
+/// statements of the same transaction. Keeps pairs (two placeholders each) well under the
+/// protocol's 65,535 placeholders.
+pub(crate) const MAX_LIST: usize = 4096;
+
+/// The most rows one `settle_update.sql` carries (five placeholders each).
+pub(crate) const MAX_SETTLE_ROWS: usize = 2048;
+
+/// Drops comment lines and expands `{now}`: what the server receives.
+fn render(file: &str) -> String {
+    let mut out = String::with_capacity(file.len());
+    for line in file.lines() {
+        let line = line.trim_end();
+        if line.trim_start().starts_with("--") || line.is_empty() {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(line);
+    }
+    out.replace("{now}", DB_NOW_MS)
+}
+
+macro_rules! statements {
+    ($($(#[$doc:meta])* $name:ident = $file:literal;)*) => {
+        $(
+            $(#[$doc])*
+            pub(crate) static $name: LazyLock<String> =
+                LazyLock::new(|| render(include_str!(concat!("../sql/", $file))));
+        )*
+
+        /// Every statement with its name, for the tests.
+        #[cfg(test)]
+        pub(crate) fn all() -> Vec<(&'static str, &'static str)> {
+            vec![$((stringify!($name), $name.as_str())),*]
+        }
+    };
+}
+
+statements! {
+    /// Per session: READ COMMITTED.
+    SESSION = "session.sql";
+    /// Opens a transaction.
+    BEGIN = "begin.sql";
+    /// Commits it.
+    COMMIT = "commit.sql";
+    /// Abandons it.
+    ROLLBACK = "rollback.sql";
+    /// The step between the ids of one insert.
+    ID_STEP = "id_step.sql";
+    /// Creates the table of applied migrations if missing.
+    MIGRATIONS_TABLE = "migrations_table.sql";
+    /// The schema version: the highest migration applied.
+    SCHEMA_VERSION = "schema_version.sql";
+    /// Serialises `migrate` runs on one database across processes.
+    MIGRATE_LOCK = "migrate_lock.sql";
+    /// Releases that lock.
+    MIGRATE_UNLOCK = "migrate_unlock.sql";
+    /// Records one applied migration.
+    RECORD_MIGRATION = "record_migration.sql";
+    /// Adds jobs: `{rows}` of `ENQUEUE_ROW`.
+    ENQUEUE = "enqueue.sql";
+    /// One job's values.
+    ENQUEUE_ROW = "enqueue_row.sql";
+    /// Returns jobs of expired leases to pending, or dead on their last attempt.
+    REAP = "reap.sql";
+    /// One budget's candidates, locked; several are joined by UNION ALL.
+    CLAIM = "claim.sql";
+    /// Takes claimed jobs under a lease, charging an attempt.
+    LEASE_CLAIMED = "lease_claimed.sql";
+    /// The earliest `run_at` after now among one queue's pending jobs.
+    NEXT_DUE = "next_due.sql";
+    /// The same over several queues: `{each}` is `NEXT_DUE` per queue.
+    NEXT_DUE_ANY = "next_due_any.sql";
+    /// Locks the named jobs and reads their state and lease, to tell which settlements apply.
+    SETTLE_LOCK = "settle_lock.sql";
+    /// Removes acknowledged jobs still held under the named lease.
+    SETTLE_ACK = "settle_ack.sql";
+    /// Applies every other outcome to jobs still held under the named lease: `{rows}` of
+    /// `SETTLE_ROW`.
+    SETTLE_UPDATE = "settle_update.sql";
+    /// One settlement's values.
+    SETTLE_ROW = "settle_row.sql";
+    /// Extends the leases that have not expired.
+    RENEW = "renew.sql";
+    /// Which of the named leases still hold a job and have not expired.
+    LIVE_LEASES = "live_leases.sql";
+    /// Cancels a job if it is still pending.
+    CANCEL = "cancel.sql";
+    /// A job's state and lease.
+    JOB_LEASE = "job_lease.sql";
+    /// One job's full record.
+    JOB_RECORD = "job_record.sql";
+    /// A queue's jobs by state.
+    COUNTS = "counts.sql";
+    /// A queue's dead letters, oldest first.
+    DEAD_LETTERS = "dead_letters.sql";
+    /// Removes every job of a queue.
+    PURGE = "purge.sql";
+    /// The newest job id: what the wake poller watches.
+    MAX_ID = "max_id.sql";
+}
+
+/// A fixed statement, as sqlx takes it.
+pub(crate) fn fixed(statement: &'static LazyLock<String>) -> SqlStr {
+    let text: &'static str = statement.as_str();
+    text.into_sql_str()
+}
+
+/// How many items a list of `n` is padded to.
+pub(crate) fn padded(n: usize) -> usize {
+    n.max(1).next_power_of_two()
+}
+
+/// `template` with `marker` replaced by `n` copies of `item` joined by `separator`.
+fn repeat(template: &str, marker: &str, item: &str, n: usize, separator: &str) -> SqlStr {
+    let mut list = String::with_capacity(n * (item.len() + separator.len()));
+    for i in 0..n {
+        if i > 0 {
+            list.push_str(separator);
+        }
+        list.push_str(item);
+    }
+    AssertSqlSafe(template.replace(marker, &list)).into_sql_str()
+}
+
+/// `template` with `{ids}` replaced by `n` placeholders.
+pub(crate) fn with_ids(template: &str, n: usize) -> SqlStr {
+    repeat(template, "{ids}", "?", n, ", ")
+}
+
+/// `template` with `{pairs}` replaced by `n` `(?, ?)`.
+pub(crate) fn with_pairs(template: &str, n: usize) -> SqlStr {
+    repeat(template, "{pairs}", "(?, ?)", n, ", ")
+}
+
+/// The insert of `n` jobs.
+pub(crate) fn enqueue(n: usize) -> SqlStr {
+    repeat(&ENQUEUE, "{rows}", &ENQUEUE_ROW, n, ", ")
+}
+
+/// The non-ack settlement of `n` rows.
+pub(crate) fn settle_update(n: usize) -> SqlStr {
+    repeat(&SETTLE_UPDATE, "{rows}", &SETTLE_ROW, n, " UNION ALL ")
+}
+
+/// The claim of `n` budgets in one statement.
+pub(crate) fn claim(n: usize) -> SqlStr {
+    repeat("{each}", "{each}", &CLAIM, n, " UNION ALL ")
+}
+
+/// The next due time over `n` queues.
+pub(crate) fn next_due(n: usize) -> SqlStr {
+    if n == 1 {
+        return fixed(&NEXT_DUE);
+    }
+    let mut each = String::with_capacity(2 + NEXT_DUE.len());
+    let _ = write!(each, "({})", NEXT_DUE.as_str());
+    repeat(&NEXT_DUE_ANY, "{each}", &each, n, " UNION ALL ")
+}
+
+/// The schema version this build needs: the number of its migrations.
+pub(crate) fn needed_version() -> u32 {
+    MIGRATIONS.len() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{all, claim, enqueue, padded, settle_update, with_ids, with_pairs};
+
+    #[test]
+    fn every_file_renders_without_comments_or_unexpanded_now() {
+        for (name, text) in all() {
+            assert!(!text.is_empty(), "{name} is empty");
+            assert!(!text.contains("--"), "{name} kept a comment: {text}");
+            assert!(!text.contains("{now}"), "{name}: {text}");
+        }
+    }
+
+    #[test]
+    fn lists_expand_to_the_padded_size() {
+        assert_eq!(
+            [padded(0), padded(1), padded(3), padded(50), padded(64)],
+            [1, 1, 4, 64, 64]
+        );
+        let sql = with_ids("x IN ({ids})", 3);
+        assert_eq!(sql.as_str(), "x IN (?, ?, ?)");
+        let sql = with_pairs("(a, b) IN ({pairs})", 2);
+        assert_eq!(sql.as_str(), "(a, b) IN ((?, ?), (?, ?))");
+        assert_eq!(enqueue(3).as_str().matches('?').count(), 24);
+        assert_eq!(settle_update(2).as_str().matches("UNION ALL").count(), 1);
+        assert_eq!(
+            claim(3).as_str().matches("FOR UPDATE SKIP LOCKED").count(),
+            3
+        );
+    }
+}
