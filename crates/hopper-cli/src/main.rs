@@ -22,7 +22,7 @@ use clap::{Parser, Subcommand};
     about = "Background jobs and messages: run, load-test and inspect brokers"
 )]
 struct Cli {
-    /// Broker URL: memory://, sqlite://PATH, postgres://USER:PASSWORD@HOST/DB[?schema=NAME].
+    /// Broker URL: memory://, sqlite://PATH, postgres://USER:PASSWORD@HOST/DB[?schema=NAME], mysql://USER:PASSWORD@HOST/DB.
     #[arg(long, global = true, default_value = hopper::DEFAULT_BROKER_URL, env = "HOPPER_BROKER")]
     broker: String,
     #[command(subcommand)]

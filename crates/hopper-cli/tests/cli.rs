@@ -153,20 +153,24 @@ fn the_demo_passes_on_the_embedded_default() {
 
 #[test]
 fn bad_input_is_refused_by_name_and_hides_passwords() {
-    let out = hopper(&[
-        "load",
-        "--broker",
-        "postgres://app:s3cret@db/jobs",
-        "--jobs",
-        "1",
-    ]);
+    let out = hopper(&["load", "--broker", "redis://app:s3cret@db/0", "--jobs", "1"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("invalid broker URL `postgres://app:***@db/jobs`"),
+        err.contains("invalid broker URL `redis://app:***@db/0`"),
         "{err}"
     );
     assert!(!err.contains("s3cret"));
+    for url in [
+        "postgres://app:s3cret@127.0.0.1:1/jobs",
+        "mysql://app:s3cret@127.0.0.1:1/jobs",
+    ] {
+        let out = hopper(&["load", "--broker", url, "--jobs", "1"]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("app:***@127.0.0.1:1/jobs"), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
+    }
 
     let out = hopper(&[
         "load",
@@ -254,4 +258,43 @@ fn migrate_then_load_on_postgres() {
         sizes(&r).iter().all(|&n| n <= 10),
         "slots: at most the 10 free slots"
     );
+}
+
+#[test]
+fn migrate_then_load_on_mariadb() {
+    let db = format!("hopper_cli_{}", std::process::id());
+    let mariadb = |sql: &str| {
+        let status = Command::new("mariadb")
+            .args(["-h", "127.0.0.1", "-u", "root", "-e", sql])
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "{sql}");
+    };
+    mariadb(&format!("CREATE DATABASE IF NOT EXISTS {db}"));
+    let base = std::env::var("HOPPER_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned());
+    let url = format!("{}/{db}", base.trim_end_matches("/test"));
+    let out = hopper(&["migrate", "--broker", &url]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 1 migration"));
+    let r = load_json(&[
+        "load",
+        "--broker",
+        &url,
+        "--jobs",
+        "2000",
+        "--workers",
+        "2",
+        "--concurrency",
+        "10",
+        "--json",
+    ]);
+    mariadb(&format!("DROP DATABASE {db}"));
+    assert_eq!(r["completed"], 2000);
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["duplicates"], 0);
+    assert!(sizes(&r).iter().all(|&n| n <= 10));
 }

@@ -13,12 +13,21 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{Mutex, MutexGuard};
 
-#[derive(Debug)]
 pub(crate) struct Connections {
     options: PgConnectOptions,
     shown_url: String,
     slots: Vec<Mutex<Option<PgConnection>>>,
     next: AtomicUsize,
+}
+
+impl std::fmt::Debug for Connections {
+    // Not derived: the driver's options hold the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connections")
+            .field("url", &self.shown_url)
+            .field("slots", &self.slots.len())
+            .finish()
+    }
 }
 
 /// One connection, held until dropped.

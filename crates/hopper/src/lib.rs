@@ -12,6 +12,7 @@
 //! | `memory://` | [`MemoryBroker`], in-process, not durable | always |
 //! | `sqlite://PATH` | `SqliteBroker`, one durable file (the default) | `sqlite` (default) |
 //! | `postgres://user:pass@host/db[?schema=name]` | `PgBroker`, many workers on many machines | `postgres` |
+//! | `mysql://user:pass@host/db` | `MySqlBroker`, MySQL 8 and MariaDB 10.6+ | `mysql` |
 //!
 //! ```no_run
 //! use hopper::{JobContext, NewJob, QueueOptions, Worker};
@@ -37,6 +38,8 @@
 use std::sync::Arc;
 
 pub use hopper_core::*;
+#[cfg(feature = "mysql")]
+pub use hopper_mysql::{MySqlBroker, MySqlOptions};
 #[cfg(feature = "postgres")]
 pub use hopper_postgres::{PgBroker, PgOptions};
 #[cfg(feature = "sqlite")]
@@ -53,6 +56,9 @@ pub fn supported_schemes() -> String {
     }
     if cfg!(feature = "postgres") {
         schemes.push("postgres://USER:PASSWORD@HOST/DB[?schema=NAME]");
+    }
+    if cfg!(feature = "mysql") {
+        schemes.push("mysql://USER:PASSWORD@HOST/DB");
     }
     schemes.join(", ")
 }
@@ -76,6 +82,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Broker>> {
         "sqlite" if !rest.is_empty() => Ok(Arc::new(SqliteBroker::open(rest).await?)),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Arc::new(PgBroker::connect(url).await?)),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => Ok(Arc::new(MySqlBroker::connect(url).await?)),
         _ => Err(refuse(url)),
     }
 }
@@ -87,6 +95,8 @@ pub async fn migrate(url: &str) -> Result<u32> {
     match scheme {
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => hopper_postgres::migrate(url).await,
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => hopper_mysql::migrate(url).await,
         _ => connect(url).await.map(|_| 0),
     }
 }

@@ -51,6 +51,8 @@ async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
     assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 1);
     let broker = PgBroker::connect(&with_schema).await.unwrap();
     assert_eq!(broker.schema(), schema);
+    let debug = format!("{broker:?}");
+    assert!(debug.contains("Connections"), "{debug}");
     broker.close().await;
     drop_schema(schema);
 

@@ -57,6 +57,7 @@ async fn an_idle_worker_wakes_on_notify_from_another_connection() {
     let stats = worker.shutdown().await;
     assert_eq!(stats.completed, 5);
     // No assertion on speed (that is the benchmark's), only that no wake waited for a poll.
+    eprintln!("enqueue-to-start of an idle worker woken by NOTIFY: {waits:?}");
     assert!(
         waits.iter().all(|w| *w < Duration::from_secs(10)),
         "{waits:?}"
