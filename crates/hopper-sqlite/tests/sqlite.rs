@@ -9,4 +9,5 @@ mod sqlite {
     mod sharing;
     mod suite;
     pub mod support;
+    mod workers;
 }

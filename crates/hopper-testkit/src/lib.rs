@@ -28,11 +28,13 @@
 //!   [`claim_concurrently`](helpers::claim_concurrently).
 //! - [`cleanup`]: [`WithCleanup`], a broker that removes its schema or database when
 //!   dropped, and [`unique_name`].
+//! - [`workers`]: worker-level cases for brokers shared by several processes.
 //! - [`broker_suite!`]: the macro that turns the cases into tests.
 
 pub mod cases;
 pub mod cleanup;
 pub mod helpers;
+pub mod workers;
 
 pub use cleanup::{WithCleanup, unique_name};
 
