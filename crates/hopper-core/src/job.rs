@@ -161,10 +161,36 @@ impl NewJob {
         }
     }
 
+    /// `run_at` for a broker that may let its database clock decide. With `now` (a clock of
+    /// the broker's own): the absolute time and no delay. Without: the absolute time when the
+    /// producer named one, else `None` and the delay the database adds to its own clock.
+    pub fn run_at_parts(&self, now: Option<Millis>) -> (Option<Millis>, Millis) {
+        match (now, self.run_at) {
+            (Some(now), _) => (Some(self.run_at_millis(now)), 0),
+            (None, RunAt::Now) => (None, 0),
+            (None, RunAt::At(t)) => (Some(to_millis(t)), 0),
+            (None, RunAt::After(d)) => (None, d.as_millis() as i64),
+        }
+    }
+
+    /// The headers as brokers store them: a JSON object, or `None` when there are none.
+    pub fn headers_json(&self) -> Option<String> {
+        (!self.headers.is_empty()).then(|| {
+            serde_json::to_string(&self.headers).expect("a map of strings always serialises")
+        })
+    }
+
     /// Checks what a broker must refuse: a bad queue name.
     pub fn validate(&self) -> Result<(), Error> {
         validate_queue_name(&self.queue).map_err(Error::Config)
     }
+}
+
+/// Reads headers stored by [`NewJob::headers_json`]: `None` is no headers.
+pub fn headers_from_json(
+    text: Option<&str>,
+) -> Result<BTreeMap<String, String>, serde_json::Error> {
+    text.map_or(Ok(BTreeMap::new()), serde_json::from_str)
 }
 
 /// A job as a worker holds it: claimed under a lease by one fetch.

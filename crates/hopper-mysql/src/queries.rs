@@ -4,13 +4,13 @@
 //! caller's business (`broker`), except where noted.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hopper_core::job::to_millis;
+use hopper_core::job::headers_from_json;
 use hopper_core::{
     CancelOutcome, Job, JobId, JobRecord, JobState, LeaseId, Millis, NewJob, Outcome, QueueCounts,
-    RunAt, SettleReport, Settlement,
+    SettleReport, Settlement,
 };
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
@@ -53,17 +53,8 @@ pub(crate) fn new_rows(
 ) -> Result<Vec<NewRow<'_>>, serde_json::Error> {
     jobs.iter()
         .map(|job| {
-            let (run_at, delay_ms) = match (now, job.run_at) {
-                (Some(now), _) => (Some(job.run_at_millis(now)), 0),
-                (None, RunAt::Now) => (None, 0),
-                (None, RunAt::At(t)) => (Some(to_millis(t)), 0),
-                (None, RunAt::After(d)) => (None, millis(d)),
-            };
-            let headers = if job.headers.is_empty() {
-                None
-            } else {
-                Some(serde_json::to_string(&job.headers)?)
-            };
+            let (run_at, delay_ms) = job.run_at_parts(now);
+            let headers = job.headers_json();
             Ok(NewRow {
                 job,
                 run_at,
@@ -511,13 +502,10 @@ pub(crate) fn millis(d: std::time::Duration) -> Millis {
 /// headers, created_at`, in that order, as a job held under `lease`.
 fn job_from_row(row: &MySqlRow, lease: LeaseId) -> Result<Job, sqlx::Error> {
     let headers: Option<String> = row.try_get(7)?;
-    let headers: BTreeMap<String, String> = match headers {
-        Some(text) => serde_json::from_str(&text).map_err(|e| sqlx::Error::ColumnDecode {
-            index: "headers".into(),
-            source: Box::new(e),
-        })?,
-        None => BTreeMap::new(),
-    };
+    let headers = headers_from_json(headers.as_deref()).map_err(|e| sqlx::Error::ColumnDecode {
+        index: "headers".into(),
+        source: Box::new(e),
+    })?;
     Ok(Job {
         id: JobId(row.try_get(0)?),
         queue: row.try_get(1)?,

@@ -1,16 +1,15 @@
 //! [`PgBroker`]: the [`Broker`] over PostgreSQL.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hopper_core::job::to_millis;
+use hopper_core::job::{headers_from_json, to_millis};
 use hopper_core::{
     Broker, CancelOutcome, Capabilities, Error, FetchRequest, Fetched, Job, JobId, JobRecord,
-    JobState, LeaseId, Millis, NewJob, Outcome, QueueCounts, Result, RunAt, SettleReport,
-    Settlement,
+    JobState, LeaseId, Millis, NewJob, Outcome, QueueCounts, Result, SettleReport, Settlement,
 };
 use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgRow};
@@ -161,12 +160,7 @@ impl PgBroker {
         let mut a = EnqueueArrays::with_capacity(jobs.len());
         for job in jobs {
             job.validate()?;
-            let (run_at, delay) = match (now, job.run_at) {
-                (Some(now), _) => (Some(job.run_at_millis(now)), 0),
-                (None, RunAt::Now) => (None, 0),
-                (None, RunAt::At(t)) => (Some(to_millis(t)), 0),
-                (None, RunAt::After(d)) => (None, d.as_millis() as i64),
-            };
+            let (run_at, delay) = job.run_at_parts(now);
             a.queues.push(job.queue.clone());
             a.payloads.push(job.payload.clone());
             a.priorities.push(job.priority);
@@ -174,14 +168,7 @@ impl PgBroker {
             a.delay_ms.push(delay);
             a.max_attempts
                 .push(job.max_attempts.min(i32::MAX as u32) as i32);
-            a.headers.push(if job.headers.is_empty() {
-                None
-            } else {
-                Some(
-                    serde_json::to_string(&job.headers)
-                        .map_err(|e| Error::Encode(e.to_string()))?,
-                )
-            });
+            a.headers.push(job.headers_json());
         }
         Ok(a)
     }
@@ -255,10 +242,8 @@ impl EnqueueArrays {
 /// id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at.
 fn job_from_row(row: &PgRow, lease: LeaseId) -> Result<Job, sqlx::Error> {
     let headers: Option<String> = row.try_get(7)?;
-    let headers: BTreeMap<String, String> = match headers {
-        Some(text) => serde_json::from_str(&text).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-        None => BTreeMap::new(),
-    };
+    let headers =
+        headers_from_json(headers.as_deref()).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
     Ok(Job {
         id: JobId(row.try_get(0)?),
         queue: row.try_get(1)?,

@@ -5,6 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashSet};
 
+use hopper_core::job::headers_from_json;
 use hopper_core::{
     Budget, CancelOutcome, Job, JobId, JobRecord, JobState, LeaseId, Millis, NewJob, Outcome,
     QueueCounts, SettleReport, Settlement,
@@ -38,7 +39,7 @@ pub(crate) fn enqueue(
                 job.run_at_millis(now),
                 job.max_attempts,
                 job.payload,
-                encode_headers(&job.headers)?,
+                job.headers_json(),
                 now,
             ])?;
             Ok(JobId(id))
@@ -280,20 +281,7 @@ fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
     })
 }
 
-/// Headers are stored as a JSON object, or NULL when there are none.
-fn encode_headers(headers: &BTreeMap<String, String>) -> rusqlite::Result<Option<String>> {
-    if headers.is_empty() {
-        return Ok(None);
-    }
-    serde_json::to_string(headers)
-        .map(Some)
-        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
-}
-
 fn decode_headers(text: Option<String>) -> rusqlite::Result<BTreeMap<String, String>> {
-    match text {
-        None => Ok(BTreeMap::new()),
-        Some(text) => serde_json::from_str(&text)
-            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(7, Type::Text, Box::new(e))),
-    }
+    headers_from_json(text.as_deref())
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(7, Type::Text, Box::new(e)))
 }
