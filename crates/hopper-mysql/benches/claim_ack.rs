@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use hopper_core::{Broker, FetchRequest, NewJob, Outcome, Settlement};
 use hopper_mysql::{MySqlBroker, MySqlOptions};
-use sqlx::{AssertSqlSafe, Connection, MySqlConnection};
+use sqlx::{Connection, MySqlConnection};
 
 const SHAPES: [(usize, usize); 8] = [
     (1, 1),
@@ -60,7 +60,7 @@ async fn admin(sql: String) {
     let mut conn = MySqlConnection::connect(&server_url())
         .await
         .expect("connect to the server");
-    sqlx::raw_sql(AssertSqlSafe(sql))
+    sqlx::raw_sql(&sql)
         .execute(&mut conn)
         .await
         .expect("admin statement");

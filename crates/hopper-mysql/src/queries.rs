@@ -101,7 +101,9 @@ pub(crate) async fn insert(
     let n = rows.len();
     // Insert texts cannot be padded; keep prepared only the sizes that recur.
     let recurring = n <= 8 || n == ENQUEUE_ROWS;
-    let mut query = sqlx::query(sql::enqueue(n)).persistent(recurring);
+    let text = sql::enqueue(n);
+
+    let mut query = sqlx::query(&text).persistent(recurring);
     for row in rows {
         query = query
             .bind(row.job.queue.as_str())
@@ -179,10 +181,9 @@ pub(crate) async fn claim(
     };
     for ids in jobs.chunks(MAX_LIST) {
         let size = padded(ids.len());
-        let mut query = sqlx::query(sql::with_ids(&sql::LEASE_CLAIMED, size))
-            .bind(lease.0)
-            .bind(now)
-            .bind(ttl_ms);
+        let text = sql::with_ids(&sql::LEASE_CLAIMED, size);
+
+        let mut query = sqlx::query(&text).bind(lease.0).bind(now).bind(ttl_ms);
         for i in 0..size {
             query = query.bind(ids.get(i).map_or(0, |j| j.id.0));
         }
@@ -205,7 +206,9 @@ async fn candidates(
     now: Option<Millis>,
     lease: LeaseId,
 ) -> Result<Vec<Job>, sqlx::Error> {
-    let mut query = sqlx::query(sql::claim(budgets.len()));
+    let text = sql::claim(budgets.len());
+
+    let mut query = sqlx::query(&text);
     for (queue, limit) in budgets {
         query = query
             .bind(*queue)
@@ -231,7 +234,9 @@ pub(crate) async fn next_due(
     if queues.is_empty() {
         return Ok(None);
     }
-    let mut query = sqlx::query_scalar(sql::next_due(queues.len()));
+    let text = sql::next_due(queues.len());
+
+    let mut query = sqlx::query_scalar(&text);
     for queue in queues {
         query = query.bind(*queue).bind(now);
     }
@@ -275,7 +280,9 @@ pub(crate) async fn settle(
     let mut held = HashMap::with_capacity(ids.len());
     for chunk in ids.chunks(MAX_LIST) {
         let size = padded(chunk.len());
-        let mut query = sqlx::query(sql::with_ids(&sql::SETTLE_LOCK, size));
+        let text = sql::with_ids(&sql::SETTLE_LOCK, size);
+
+        let mut query = sqlx::query(&text);
         for i in 0..size {
             query = query.bind(chunk.get(i).copied().unwrap_or(0));
         }
@@ -325,7 +332,9 @@ async fn apply(
     let mut touched = 0;
     for chunk in acks.chunks(MAX_LIST) {
         let size = padded(chunk.len());
-        let mut query = sqlx::query(sql::with_pairs(&sql::SETTLE_ACK, size));
+        let text = sql::with_pairs(&sql::SETTLE_ACK, size);
+
+        let mut query = sqlx::query(&text);
         for i in 0..size {
             let (id, lease) = chunk.get(i).map_or((0, 0), |s| (s.job.0, s.lease.0));
             query = query.bind(id).bind(lease);
@@ -334,7 +343,9 @@ async fn apply(
     }
     for chunk in others.chunks(MAX_SETTLE_ROWS) {
         let size = padded(chunk.len());
-        let mut query = sqlx::query(sql::settle_update(size));
+        let text = sql::settle_update(size);
+
+        let mut query = sqlx::query(&text);
         for i in 0..size {
             let Some(s) = chunk.get(i) else {
                 query = query
@@ -383,9 +394,9 @@ pub(crate) async fn renew(
         let ids: Vec<i64> = (0..size)
             .map(|i| chunk.get(i).copied().unwrap_or(0))
             .collect();
-        let mut query = sqlx::query(sql::with_ids(&sql::RENEW, size))
-            .bind(now)
-            .bind(ttl_ms);
+        let text = sql::with_ids(&sql::RENEW, size);
+
+        let mut query = sqlx::query(&text).bind(now).bind(ttl_ms);
         for id in &ids {
             query = query.bind(*id);
         }
@@ -393,7 +404,9 @@ pub(crate) async fn renew(
 
         // Renewed rows expire `ttl` after the update's now, so they are still live at this
         // later now; rows of a lease that had expired are not.
-        let mut query = sqlx::query_scalar::<_, i64>(sql::with_ids(&sql::LIVE_LEASES, size));
+        let text = sql::with_ids(&sql::LIVE_LEASES, size);
+
+        let mut query = sqlx::query_scalar::<_, i64>(&text);
         for id in &ids {
             query = query.bind(*id);
         }
@@ -508,7 +521,9 @@ fn job_from_row(row: &MySqlRow, lease: LeaseId) -> Result<Job, sqlx::Error> {
     })?;
     Ok(Job {
         id: JobId(row.try_get(0)?),
-        queue: row.try_get(1)?,
+        // `ascii_bin` reaches the client flagged binary, which sqlx's type check refuses
+        // for a `String`; the bytes are ASCII, and decoding still checks them.
+        queue: row.try_get_unchecked(1)?,
         payload: row.try_get(2)?,
         priority: row.try_get(3)?,
         run_at: row.try_get(4)?,

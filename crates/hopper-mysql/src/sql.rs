@@ -16,8 +16,6 @@
 use std::fmt::Write;
 use std::sync::LazyLock;
 
-use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
-
 use crate::migrate::MIGRATIONS;
 
 /// The database clock in milliseconds since the epoch. `NOW(3)` is fixed for the length of
@@ -131,9 +129,8 @@ statements! {
 }
 
 /// A fixed statement, as sqlx takes it.
-pub(crate) fn fixed(statement: &'static LazyLock<String>) -> SqlStr {
-    let text: &'static str = statement.as_str();
-    text.into_sql_str()
+pub(crate) fn fixed(statement: &'static LazyLock<String>) -> &'static str {
+    statement.as_str()
 }
 
 /// How many items a list of `n` is padded to.
@@ -142,7 +139,7 @@ pub(crate) fn padded(n: usize) -> usize {
 }
 
 /// `template` with `marker` replaced by `n` copies of `item` joined by `separator`.
-fn repeat(template: &str, marker: &str, item: &str, n: usize, separator: &str) -> SqlStr {
+fn repeat(template: &str, marker: &str, item: &str, n: usize, separator: &str) -> String {
     let mut list = String::with_capacity(n * (item.len() + separator.len()));
     for i in 0..n {
         if i > 0 {
@@ -150,38 +147,38 @@ fn repeat(template: &str, marker: &str, item: &str, n: usize, separator: &str) -
         }
         list.push_str(item);
     }
-    AssertSqlSafe(template.replace(marker, &list)).into_sql_str()
+    template.replace(marker, &list)
 }
 
 /// `template` with `{ids}` replaced by `n` placeholders.
-pub(crate) fn with_ids(template: &str, n: usize) -> SqlStr {
+pub(crate) fn with_ids(template: &str, n: usize) -> String {
     repeat(template, "{ids}", "?", n, ", ")
 }
 
 /// `template` with `{pairs}` replaced by `n` `(?, ?)`.
-pub(crate) fn with_pairs(template: &str, n: usize) -> SqlStr {
+pub(crate) fn with_pairs(template: &str, n: usize) -> String {
     repeat(template, "{pairs}", "(?, ?)", n, ", ")
 }
 
 /// The insert of `n` jobs.
-pub(crate) fn enqueue(n: usize) -> SqlStr {
+pub(crate) fn enqueue(n: usize) -> String {
     repeat(&ENQUEUE, "{rows}", &ENQUEUE_ROW, n, ", ")
 }
 
 /// The non-ack settlement of `n` rows.
-pub(crate) fn settle_update(n: usize) -> SqlStr {
+pub(crate) fn settle_update(n: usize) -> String {
     repeat(&SETTLE_UPDATE, "{rows}", &SETTLE_ROW, n, " UNION ALL ")
 }
 
 /// The claim of `n` budgets in one statement.
-pub(crate) fn claim(n: usize) -> SqlStr {
+pub(crate) fn claim(n: usize) -> String {
     repeat("{each}", "{each}", &CLAIM, n, " UNION ALL ")
 }
 
 /// The next due time over `n` queues.
-pub(crate) fn next_due(n: usize) -> SqlStr {
+pub(crate) fn next_due(n: usize) -> String {
     if n == 1 {
-        return fixed(&NEXT_DUE);
+        return NEXT_DUE.clone();
     }
     let mut each = String::with_capacity(2 + NEXT_DUE.len());
     let _ = write!(each, "({})", NEXT_DUE.as_str());

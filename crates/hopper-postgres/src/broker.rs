@@ -125,7 +125,7 @@ impl PgBroker {
         jobs: Vec<NewJob>,
     ) -> Result<Vec<JobId>> {
         let query = self.enqueue_query(&jobs)?;
-        let rows = sqlx::query_scalar::<_, i64>(self.inner.sql.enqueue.clone())
+        let rows = sqlx::query_scalar::<_, i64>(&self.inner.sql.enqueue)
             .bind(query.queues)
             .bind(query.payloads)
             .bind(query.priorities)
@@ -183,7 +183,7 @@ impl PgBroker {
                 .compare_exchange(last, now_hint, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            let states: Vec<i16> = sqlx::query_scalar(self.inner.sql.reap.clone())
+            let states: Vec<i16> = sqlx::query_scalar(&self.inner.sql.reap)
                 .bind(self.now())
                 .fetch_all(&mut *conn)
                 .await
@@ -201,7 +201,7 @@ impl PgBroker {
                     .compare_exchange(last, now_hint, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok()
             {
-                sqlx::query(self.inner.sql.prune_completed.clone())
+                sqlx::query(&self.inner.sql.prune_completed)
                     .bind(self.now())
                     .bind(keep.as_millis() as i64)
                     .execute(&mut *conn)
@@ -342,7 +342,7 @@ impl Broker for PgBroker {
         }
         let mut held = self.inner.conns.get().await?;
         self.housekeeping(held.conn(), now_hint).await?;
-        let rows = sqlx::query(self.inner.sql.claim.clone())
+        let rows = sqlx::query(&self.inner.sql.claim)
             .bind(&queues)
             .bind(&limits)
             .bind(now)
@@ -365,7 +365,7 @@ impl Broker for PgBroker {
         jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.run_at, j.id));
         let mut next_due = None;
         if jobs.len() < request.total() {
-            next_due = sqlx::query_scalar::<_, Option<i64>>(self.inner.sql.next_due.clone())
+            next_due = sqlx::query_scalar::<_, Option<i64>>(&self.inner.sql.next_due)
                 .bind(&queues)
                 .bind(now)
                 .fetch_one(held.conn())
@@ -402,7 +402,7 @@ impl Broker for PgBroker {
             errors.push(error.map(str::to_owned));
         }
         let mut held = self.inner.conns.get().await?;
-        let applied: Vec<i64> = match sqlx::query_scalar(self.inner.sql.settle.clone())
+        let applied: Vec<i64> = match sqlx::query_scalar(&self.inner.sql.settle)
             .bind(&ids)
             .bind(&leases)
             .bind(&kinds)
@@ -440,7 +440,7 @@ impl Broker for PgBroker {
         }
         let ids: Vec<i64> = leases.iter().map(|l| l.0).collect();
         let mut held = self.inner.conns.get().await?;
-        let renewed: Vec<i64> = match sqlx::query_scalar(self.inner.sql.renew.clone())
+        let renewed: Vec<i64> = match sqlx::query_scalar(&self.inner.sql.renew)
             .bind(&ids)
             .bind(ttl.as_millis() as i64)
             .bind(self.now())
@@ -463,7 +463,7 @@ impl Broker for PgBroker {
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
         let mut held = self.inner.conns.get().await?;
-        let cancelled: Option<i64> = sqlx::query_scalar(self.inner.sql.cancel.clone())
+        let cancelled: Option<i64> = sqlx::query_scalar(&self.inner.sql.cancel)
             .bind(id.0)
             .bind(self.now())
             .fetch_optional(held.conn())
@@ -472,7 +472,7 @@ impl Broker for PgBroker {
         if cancelled.is_some() {
             return Ok(CancelOutcome::Cancelled);
         }
-        let row: Option<(i16, Option<i64>)> = sqlx::query_as(self.inner.sql.job_lease.clone())
+        let row: Option<(i16, Option<i64>)> = sqlx::query_as(&self.inner.sql.job_lease)
             .bind(id.0)
             .fetch_optional(held.conn())
             .await
@@ -485,7 +485,7 @@ impl Broker for PgBroker {
 
     async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
         let mut held = self.inner.conns.get().await?;
-        let row = sqlx::query(self.inner.sql.job_record.clone())
+        let row = sqlx::query(&self.inner.sql.job_record)
             .bind(id.0)
             .fetch_optional(held.conn())
             .await
@@ -499,7 +499,7 @@ impl Broker for PgBroker {
     async fn counts(&self, queue: &str) -> Result<QueueCounts> {
         let mut held = self.inner.conns.get().await?;
         let (pending, scheduled, leased, dead): (i64, i64, i64, i64) =
-            sqlx::query_as(self.inner.sql.counts.clone())
+            sqlx::query_as(&self.inner.sql.counts)
                 .bind(queue)
                 .bind(self.now())
                 .fetch_one(held.conn())
@@ -515,7 +515,7 @@ impl Broker for PgBroker {
 
     async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
         let mut held = self.inner.conns.get().await?;
-        let rows = sqlx::query(self.inner.sql.dead_letters.clone())
+        let rows = sqlx::query(&self.inner.sql.dead_letters)
             .bind(queue)
             .bind(limit.min(i64::MAX as usize) as i64)
             .fetch_all(held.conn())
@@ -529,7 +529,7 @@ impl Broker for PgBroker {
 
     async fn purge(&self, queue: &str) -> Result<u64> {
         let mut held = self.inner.conns.get().await?;
-        let done = sqlx::query(self.inner.sql.purge.clone())
+        let done = sqlx::query(&self.inner.sql.purge)
             .bind(queue)
             .execute(held.conn())
             .await

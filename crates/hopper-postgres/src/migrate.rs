@@ -57,7 +57,7 @@ async fn apply(conn: &mut PgConnection, schema: &str) -> Result<u32, sqlx::Error
 }
 
 async fn apply_locked(conn: &mut PgConnection, schema: &str) -> Result<u32, sqlx::Error> {
-    conn.execute(statement(
+    conn.execute(&*statement(
         "CREATE SCHEMA IF NOT EXISTS {schema};
              CREATE TABLE IF NOT EXISTS {schema}.hopper_migrations (
                  version integer PRIMARY KEY,
@@ -66,10 +66,12 @@ async fn apply_locked(conn: &mut PgConnection, schema: &str) -> Result<u32, sqlx
         schema,
     ))
     .await?;
-    let current: i32 =
-        sqlx::query_scalar(statement(include_str!("../sql/schema_version.sql"), schema))
-            .fetch_one(&mut *conn)
-            .await?;
+    let current: i32 = sqlx::query_scalar(&statement(
+        include_str!("../sql/schema_version.sql"),
+        schema,
+    ))
+    .fetch_one(&mut *conn)
+    .await?;
     let mut applied = 0;
     for (i, migration) in MIGRATIONS.iter().enumerate() {
         let version = i as i32 + 1;
@@ -77,8 +79,8 @@ async fn apply_locked(conn: &mut PgConnection, schema: &str) -> Result<u32, sqlx
             continue;
         }
         let mut tx = conn.begin().await?;
-        tx.execute(statement(migration, schema)).await?;
-        sqlx::query(statement(
+        tx.execute(&*statement(migration, schema)).await?;
+        sqlx::query(&statement(
             "INSERT INTO {schema}.hopper_migrations (version) VALUES ($1)",
             schema,
         ))
@@ -94,7 +96,7 @@ async fn apply_locked(conn: &mut PgConnection, schema: &str) -> Result<u32, sqlx
 /// The schema's version: 0 when Hopper was never migrated there.
 pub(crate) async fn version(conn: &mut PgConnection, schema: &str) -> Result<i32, sqlx::Error> {
     let sql = statement(include_str!("../sql/schema_version.sql"), schema);
-    match sqlx::query_scalar::<_, i32>(sql).fetch_one(conn).await {
+    match sqlx::query_scalar::<_, i32>(&sql).fetch_one(conn).await {
         Ok(v) => Ok(v),
         // 42P01 undefined_table, 3F000 invalid_schema_name: never migrated.
         Err(sqlx::Error::Database(e)) if matches!(e.code().as_deref(), Some("42P01" | "3F000")) => {

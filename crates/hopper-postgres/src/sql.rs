@@ -1,9 +1,5 @@
 //! The statements, one per file under `sql/`, with the schema spliced in once at connect.
 
-use std::sync::Arc;
-
-use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
-
 use crate::migrate::MIGRATIONS;
 
 macro_rules! statements {
@@ -11,7 +7,7 @@ macro_rules! statements {
         /// Every statement of the broker, rendered for one schema.
         #[derive(Debug)]
         pub(crate) struct Sql {
-            $(pub(crate) $name: SqlStr,)*
+            $(pub(crate) $name: String,)*
         }
 
         impl Sql {
@@ -40,10 +36,10 @@ statements!(
     prune_completed,
 );
 
-/// A statement for `schema`, shared cheaply: its text is the key of each connection's
-/// prepared-statement cache. Safe to splice: the schema name was validated to a-z 0-9 _.
-pub(crate) fn statement(template: &str, schema: &str) -> SqlStr {
-    AssertSqlSafe(Arc::<str>::from(render(template, schema))).into_sql_str()
+/// A statement for `schema`: its text is the key of each connection's prepared-statement
+/// cache. Safe to splice: the schema name was validated to a-z 0-9 _.
+pub(crate) fn statement(template: &str, schema: &str) -> String {
+    render(template, schema)
 }
 
 /// Splices a validated schema name into a statement.

@@ -290,7 +290,7 @@ async fn a_connection_the_server_closed_is_replaced() {
         .unwrap();
         assert!(!ids.is_empty(), "the broker holds a connection");
         for id in ids {
-            sqlx::query(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+            sqlx::query(&format!("KILL CONNECTION {id}"))
                 .execute(&mut admin)
                 .await
                 .unwrap();

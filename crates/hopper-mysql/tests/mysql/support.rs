@@ -5,7 +5,7 @@ use std::sync::Arc;
 use hopper_core::{Broker, Clock};
 use hopper_mysql::{MySqlBroker, MySqlOptions};
 use hopper_testkit::{WithCleanup, unique_name};
-use sqlx::{AssertSqlSafe, Connection, MySqlConnection};
+use sqlx::{Connection, MySqlConnection};
 
 /// The server the tests use: a URL naming a database that exists.
 pub fn server_url() -> String {
@@ -27,7 +27,7 @@ pub async fn admin(sql: String) {
     let mut conn = MySqlConnection::connect(&server_url())
         .await
         .expect("connect to the test server");
-    sqlx::raw_sql(AssertSqlSafe(sql))
+    sqlx::raw_sql(&sql)
         .execute(&mut conn)
         .await
         .expect("admin statement");

@@ -27,9 +27,7 @@ fn drop_schema_here(schema: String) {
         use sqlx::Connection;
         if let Ok(mut conn) = sqlx::PgConnection::connect(&url()).await {
             let sql = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
-            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(&mut conn)
-                .await;
+            let _ = sqlx::raw_sql(&sql).execute(&mut conn).await;
             let _ = conn.close().await;
         }
     });

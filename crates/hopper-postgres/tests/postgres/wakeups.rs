@@ -40,12 +40,13 @@ async fn an_idle_worker_wakes_on_notify_from_another_connection() {
     // Let the worker go idle: its first fetch finds nothing.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut waits = Vec::new();
-    for i in 0..5u64 {
-        let sent = Instant::now();
+    for i in 0..20u64 {
         producer
             .enqueue(vec![NewJob::json("q", &i).unwrap()])
             .await
             .unwrap();
+        // Measured from the commit: the enqueue's own fsync is the producer's cost.
+        let sent = Instant::now();
         let (got, started) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
             .expect("woken well before the 60 s poll")
@@ -55,9 +56,14 @@ async fn an_idle_worker_wakes_on_notify_from_another_connection() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let stats = worker.shutdown().await;
-    assert_eq!(stats.completed, 5);
+    assert_eq!(stats.completed, 20);
     // No assertion on speed (that is the benchmark's), only that no wake waited for a poll.
-    eprintln!("enqueue-to-start of an idle worker woken by NOTIFY: {waits:?}");
+    waits.sort();
+    eprintln!(
+        "commit-to-start of an idle worker woken by NOTIFY: p50 {:?}, max {:?}",
+        waits[waits.len() / 2],
+        waits[waits.len() - 1]
+    );
     assert!(
         waits.iter().all(|w| *w < Duration::from_secs(10)),
         "{waits:?}"
