@@ -17,7 +17,7 @@ use hopper::{
 use serde::Serialize;
 use tokio::sync::Notify;
 
-use crate::report::{percentile, run_lengths};
+use crate::report::{peak_rss_mib, percentile, run_lengths};
 
 /// Jobs per enqueue call: one round trip each.
 const ENQUEUE_CHUNK: usize = 1000;
@@ -80,6 +80,8 @@ struct Report {
     jobs_per_s: f64,
     latency_ms: Latency,
     settle_calls: u64,
+    /// The peak RSS of this process, backlog included for the memory broker.
+    peak_rss_mib: Option<f64>,
 }
 
 struct Tally {
@@ -246,6 +248,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
             p99: percentile(&lat, 99.0),
         },
         settle_calls: all_stats.iter().map(|s| s.settle_calls).sum(),
+        peak_rss_mib: peak_rss_mib(),
     };
     if args.json {
         println!(

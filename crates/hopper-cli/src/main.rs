@@ -1,11 +1,13 @@
 //! The `hopper` command. Thin: parse arguments, call the command's module.
 //!
 //! # Layout
+//! - `bench`: the performance matrix, raw baselines beside Hopper (`hopper bench`).
 //! - `demo`: the prefetch demonstration (`hopper demo`).
 //! - `load`: enqueue a backlog and drain it, printing throughput and latency (`hopper load`).
 //! - `migrate`: bring a SQL broker's schema up to date (`hopper migrate`).
 //! - `report`: small formatting helpers shared by the commands.
 
+mod bench;
 mod demo;
 mod load;
 mod migrate;
@@ -35,6 +37,8 @@ enum Command {
     Demo,
     /// Enqueue a backlog, drain it with one or more workers, and report the figures.
     Load(load::LoadArgs),
+    /// Run the performance matrix: raw baselines beside Hopper, one table (BENCHMARKS.md).
+    Bench(bench::BenchArgs),
     /// Create or upgrade the broker's schema (PostgreSQL, MySQL); a no-op elsewhere.
     Migrate,
 }
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Demo => demo::run(&cli.broker).await,
             Command::Load(args) => load::run(&cli.broker, args).await,
+            Command::Bench(args) => bench::run(args).await,
             Command::Migrate => migrate::run(&cli.broker).await,
         }
     });

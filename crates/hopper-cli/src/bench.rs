@@ -1,0 +1,495 @@
+//! `hopper bench`: the performance matrix of BENCHMARKS.md in one run, one table.
+//!
+//! Each workload pairs a raw baseline with Hopper on the same broker and the same batch
+//! size, in the same invocation, so the ratio measures Hopper's overhead and little else:
+//! - **Raw baselines** run in this process. For a broker that is one task calling the
+//!   broker's own `fetch` and then `settle` (acks) in a loop: the same driver, the same
+//!   statements and the same connections Hopper uses, with no worker runtime around them.
+//!   For the memory broker it is a tokio mpsc channel, one producer and one consumer.
+//! - **Hopper** runs as a child process, `hopper load --json`, so that the peak RSS it
+//!   reports is its own, not this process's.
+//! - **Idle latency** runs in this process: a worker at concurrency 1 waits on an empty
+//!   queue; one job is enqueued at a time, and the time from the enqueue's return (the
+//!   commit) to the handler's start is recorded.
+//!
+//! SQL workloads run in scratch schemas (PostgreSQL) or databases (MySQL) created for the
+//! run and dropped afterwards; SQLite in a temporary file.
+
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use hopper::{
+    Error, FetchRequest, JobContext, NewJob, Outcome, QueueOptions, Result, Settlement, Worker,
+};
+use serde::{Deserialize, Serialize};
+use sqlx::Connection;
+
+use crate::report::percentile;
+
+/// Jobs per enqueue call when filling a raw baseline's backlog.
+const ENQUEUE_CHUNK: usize = 1000;
+
+/// Samples of the idle latency.
+const LATENCY_SAMPLES: usize = 200;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Workloads to run, comma-separated: memory, sqlite, postgres, mysql, latency, rss.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "memory,sqlite,postgres,mysql,latency,rss"
+    )]
+    only: Vec<String>,
+    /// The PostgreSQL server; each run uses a scratch schema of its own.
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    postgres: String,
+    /// The MySQL / MariaDB server; each run uses a scratch database of its own.
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306/test")]
+    mysql: String,
+    /// Multiplies every job count (0.1 for a quick look; figures need the default).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Print one JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One line of the table.
+#[derive(Debug, Default, Serialize)]
+struct Row {
+    workload: String,
+    jobs: usize,
+    raw_per_s: Option<f64>,
+    hopper_per_s: Option<f64>,
+    ratio: Option<f64>,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    fetches_per_1k: Option<f64>,
+    settles_per_1k: Option<f64>,
+    peak_rss_mib: Option<f64>,
+    note: String,
+}
+
+/// What `hopper load --json` prints, the fields used here.
+#[derive(Debug, Deserialize)]
+struct LoadReport {
+    lost: u64,
+    fetches: u64,
+    jobs_per_s: f64,
+    enqueue_s: f64,
+    latency_ms: LoadLatency,
+    settle_calls: u64,
+    peak_rss_mib: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LoadLatency {
+    p50: f64,
+    p99: f64,
+}
+
+pub async fn run(args: BenchArgs) -> Result<ExitCode> {
+    for w in &args.only {
+        if !["memory", "sqlite", "postgres", "mysql", "latency", "rss"].contains(&w.as_str()) {
+            return Err(hopper::ConfigError::new(
+                "--only",
+                w,
+                "memory, sqlite, postgres, mysql, latency, rss",
+            )
+            .into());
+        }
+    }
+    if !(args.scale > 0.0 && args.scale <= 10.0) {
+        return Err(hopper::ConfigError::new("--scale", args.scale, "above 0, at most 10").into());
+    }
+    let wants = |w: &str| args.only.iter().any(|o| o == w);
+    let n = |jobs: usize| ((jobs as f64 * args.scale) as usize).max(1000);
+    let dir = std::env::temp_dir().join(format!("hopper-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::broker_msg(format!("{}: {e}", dir.display())))?;
+    let mut rows = Vec::new();
+
+    if wants("memory") {
+        let jobs = n(1_000_000);
+        let raw = raw_mpsc(jobs).await;
+        let (mut row, _) = hopper_load("memory://", jobs, 8, 50, "memory drain, c=8").await?;
+        row.raw_per_s = Some(raw);
+        row.note = "raw: tokio mpsc, 1 producer 1 consumer".into();
+        rows.push(finish(row));
+    }
+    if wants("sqlite") {
+        let jobs = n(200_000);
+        for batch in [100, 10] {
+            let url = format!("sqlite://{}/raw-{batch}.db", dir.display());
+            let raw = raw_broker_loop(&url, n(100_000), batch).await?;
+            let url = format!("sqlite://{}/hopper-{batch}.db", dir.display());
+            let (mut row, _) = hopper_load(
+                &url,
+                jobs,
+                batch,
+                batch,
+                &format!("sqlite drain, batch {batch}"),
+            )
+            .await?;
+            row.raw_per_s = Some(raw);
+            row.note = "raw: broker fetch+settle loop".into();
+            rows.push(finish(row));
+        }
+    }
+    if wants("postgres") {
+        let jobs = n(100_000);
+        for batch in [100, 50, 10] {
+            let raw = {
+                let scratch = PgScratch::create(&args.postgres);
+                let rate = raw_broker_loop(&scratch.url, jobs, batch).await;
+                scratch.drop().await;
+                rate?
+            };
+            let scratch = PgScratch::create(&args.postgres);
+            let row = hopper_load(
+                &scratch.url,
+                jobs,
+                batch,
+                batch,
+                &format!("postgres drain, batch {batch}"),
+            )
+            .await;
+            scratch.drop().await;
+            let (mut row, enqueue) = row?;
+            row.raw_per_s = Some(raw);
+            row.note = format!("raw: broker fetch+settle loop; enqueue {enqueue:.0}/s");
+            rows.push(finish(row));
+        }
+    }
+    if wants("mysql") {
+        let jobs = n(50_000);
+        for batch in [100, 10] {
+            let raw = {
+                let scratch = MySqlScratch::create(&args.mysql).await?;
+                let rate = raw_broker_loop(&scratch.url, jobs, batch).await;
+                scratch.drop().await;
+                rate?
+            };
+            let scratch = MySqlScratch::create(&args.mysql).await?;
+            let row = hopper_load(
+                &scratch.url,
+                jobs,
+                batch,
+                batch,
+                &format!("mysql drain, batch {batch}"),
+            )
+            .await;
+            scratch.drop().await;
+            let (mut row, enqueue) = row?;
+            row.raw_per_s = Some(raw);
+            row.note = format!("raw: broker fetch+settle loop; enqueue {enqueue:.0}/s");
+            rows.push(finish(row));
+        }
+    }
+    if wants("latency") {
+        rows.push(idle_latency("memory://", "memory").await?);
+        let url = format!("sqlite://{}/latency.db", dir.display());
+        rows.push(idle_latency(&url, "sqlite").await?);
+        let scratch = PgScratch::create(&args.postgres);
+        let row = idle_latency(&scratch.url, "postgres").await;
+        scratch.drop().await;
+        rows.push(row?);
+    }
+    if wants("rss") {
+        let url = format!("sqlite://{}/rss.db", dir.display());
+        let (mut row, _) = hopper_load(
+            &url,
+            n(1_000_000),
+            50,
+            50,
+            "sqlite 1,000,000-job backlog, c=50",
+        )
+        .await?;
+        row.note = "peak RSS of the draining process".into();
+        rows.push(row);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&rows).map_err(|e| Error::Encode(e.to_string()))?
+        );
+    } else {
+        print_table(&rows);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn finish(mut row: Row) -> Row {
+    if let (Some(raw), Some(h)) = (row.raw_per_s, row.hopper_per_s) {
+        row.ratio = Some(h / raw);
+    }
+    row
+}
+
+/// One producer and one consumer over a bounded tokio mpsc channel.
+async fn raw_mpsc(n: usize) -> f64 {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(1024);
+    let started = Instant::now();
+    let producer = tokio::spawn(async move {
+        for i in 0..n as u64 {
+            if tx.send(i).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut sum = 0u64;
+    let mut got = 0usize;
+    while let Some(v) = rx.recv().await {
+        sum = sum.wrapping_add(v);
+        got += 1;
+    }
+    let _ = producer.await;
+    let rate = got as f64 / started.elapsed().as_secs_f64();
+    std::hint::black_box(sum);
+    rate
+}
+
+/// Fills a queue, then drains it with one loop of `fetch(batch)` and `settle` (acks).
+async fn raw_broker_loop(url: &str, jobs: usize, batch: usize) -> Result<f64> {
+    hopper::migrate(url).await?;
+    let broker = hopper::connect(url).await?;
+    let queue = "raw";
+    broker.purge(queue).await?;
+    let mut left = jobs;
+    while left > 0 {
+        let k = left.min(ENQUEUE_CHUNK);
+        let chunk = (0..k)
+            .map(|i| NewJob::json(queue, &i))
+            .collect::<Result<Vec<_>>>()?;
+        broker.enqueue(chunk).await?;
+        left -= k;
+    }
+    let started = Instant::now();
+    let mut done = 0;
+    while done < jobs {
+        let fetched = broker
+            .fetch(FetchRequest::one(queue, batch, Duration::from_secs(60)))
+            .await?;
+        if fetched.jobs.is_empty() {
+            break;
+        }
+        done += fetched.jobs.len();
+        let acks = fetched
+            .jobs
+            .iter()
+            .map(|j| Settlement {
+                job: j.id,
+                lease: j.lease,
+                outcome: Outcome::Ack,
+            })
+            .collect();
+        broker.settle(acks).await?;
+    }
+    let rate = done as f64 / started.elapsed().as_secs_f64();
+    if done < jobs {
+        return Err(Error::broker_msg(format!(
+            "raw loop on {} drained {done} of {jobs} jobs",
+            hopper::redact_url(url)
+        )));
+    }
+    Ok(rate)
+}
+
+/// Runs `hopper load --json` in a child process, after migrating the broker's schema;
+/// returns its row and its enqueue rate.
+async fn hopper_load(
+    url: &str,
+    jobs: usize,
+    concurrency: usize,
+    max_batch: usize,
+    workload: &str,
+) -> Result<(Row, f64)> {
+    hopper::migrate(url).await?;
+    let exe = std::env::current_exe().map_err(|e| Error::broker_msg(e.to_string()))?;
+    let output = std::process::Command::new(exe)
+        .args(["--broker", url, "load", "--json", "--prefetch", "slots"])
+        .args(["--jobs", &jobs.to_string()])
+        .args(["--concurrency", &concurrency.to_string()])
+        .args(["--max-batch", &max_batch.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| Error::broker_msg(format!("running `hopper load`: {e}")))?;
+    let ok = output.status.success();
+    let report: LoadReport = serde_json::from_slice(&output.stdout).map_err(|e| {
+        Error::broker_msg(format!(
+            "`hopper load` on {} printed no report ({e})",
+            hopper::redact_url(url)
+        ))
+    })?;
+    if !ok || report.lost > 0 {
+        return Err(Error::broker_msg(format!(
+            "`hopper load` on {} lost {} jobs",
+            hopper::redact_url(url),
+            report.lost
+        )));
+    }
+    let per_1k = |n: u64| n as f64 * 1000.0 / jobs as f64;
+    let row = Row {
+        workload: workload.into(),
+        jobs,
+        hopper_per_s: Some(report.jobs_per_s),
+        p50_ms: Some(report.latency_ms.p50),
+        p99_ms: Some(report.latency_ms.p99),
+        fetches_per_1k: Some(per_1k(report.fetches)),
+        settles_per_1k: Some(per_1k(report.settle_calls)),
+        peak_rss_mib: report.peak_rss_mib,
+        ..Row::default()
+    };
+    Ok((row, jobs as f64 / report.enqueue_s.max(1e-9)))
+}
+
+/// Enqueue-to-start of an idle worker, measured from the enqueue's return.
+async fn idle_latency(url: &str, name: &str) -> Result<Row> {
+    hopper::migrate(url).await?;
+    let producer = hopper::connect(url).await?;
+    let broker = if producer.capabilities().in_process {
+        producer.clone()
+    } else {
+        hopper::connect(url).await?
+    };
+    producer.purge("latency").await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(broker)
+        .queue(
+            "latency",
+            QueueOptions::new().concurrency(1),
+            move |_job: JobContext<u64>| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(Instant::now());
+                    Ok(())
+                }
+            },
+        )
+        .start()?;
+    let mut waits = Vec::with_capacity(LATENCY_SAMPLES);
+    // The first few warm connections and statement caches; they are not counted.
+    for i in 0..LATENCY_SAMPLES + 5 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        producer
+            .enqueue(vec![NewJob::json("latency", &(i as u64))?])
+            .await?;
+        let committed = Instant::now();
+        let started = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .map_err(|_| Error::broker_msg(format!("{name}: an idle worker took over 10 s")))?
+            .ok_or_else(|| Error::broker_msg(format!("{name}: the worker stopped")))?;
+        if i >= 5 {
+            waits.push(started.saturating_duration_since(committed).as_secs_f64() * 1000.0);
+        }
+    }
+    worker.shutdown().await;
+    waits.sort_by(f64::total_cmp);
+    Ok(Row {
+        workload: format!("{name} idle latency, commit to start"),
+        jobs: LATENCY_SAMPLES,
+        p50_ms: Some(percentile(&waits, 50.0)),
+        p99_ms: Some(percentile(&waits, 99.0)),
+        note: "one job at a time to an idle worker".into(),
+        ..Row::default()
+    })
+}
+
+/// A PostgreSQL schema made for one run and dropped after it.
+struct PgScratch {
+    server: String,
+    schema: String,
+    url: String,
+}
+
+impl PgScratch {
+    fn create(server: &str) -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let schema = format!("hopper_bench_{}_{n}", std::process::id());
+        let sep = if server.contains('?') { '&' } else { '?' };
+        PgScratch {
+            url: format!("{server}{sep}schema={schema}"),
+            server: server.to_owned(),
+            schema,
+        }
+    }
+
+    async fn drop(self) {
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.server).await {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema))
+                .execute(&mut conn)
+                .await;
+            let _ = conn.close().await;
+        }
+    }
+}
+
+/// A MySQL database made for one run and dropped after it.
+struct MySqlScratch {
+    server: String,
+    database: String,
+    url: String,
+}
+
+impl MySqlScratch {
+    async fn create(server: &str) -> Result<Self> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let database = format!("hopper_bench_{}_{n}", std::process::id());
+        let mut conn = sqlx::MySqlConnection::connect(server)
+            .await
+            .map_err(|e| Error::broker("connecting to MySQL for a scratch database", e))?;
+        sqlx::query(&format!("CREATE DATABASE {database}"))
+            .execute(&mut conn)
+            .await
+            .map_err(|e| Error::broker("creating a scratch database", e))?;
+        let _ = conn.close().await;
+        let (scheme, rest) = server.split_once("://").unwrap_or(("mysql", server));
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        Ok(MySqlScratch {
+            url: format!("{scheme}://{}/{database}", &rest[..end]),
+            server: server.to_owned(),
+            database,
+        })
+    }
+
+    async fn drop(self) {
+        if let Ok(mut conn) = sqlx::MySqlConnection::connect(&self.server).await {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.database))
+                .execute(&mut conn)
+                .await;
+            let _ = conn.close().await;
+        }
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    let num =
+        |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    let rate = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.0}", v.round()));
+    println!(
+        "| workload | jobs | raw jobs/s | Hopper jobs/s | ratio | p50 ms | p99 ms | fetches/1k | settles/1k | peak RSS MiB | note |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|");
+    for r in rows {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.workload,
+            r.jobs,
+            rate(r.raw_per_s),
+            rate(r.hopper_per_s),
+            num(r.ratio, 2),
+            num(r.p50_ms, 3),
+            num(r.p99_ms, 3),
+            num(r.fetches_per_1k, 1),
+            num(r.settles_per_1k, 1),
+            num(r.peak_rss_mib, 1),
+            r.note
+        );
+    }
+}
