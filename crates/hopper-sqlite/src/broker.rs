@@ -1,8 +1,9 @@
 //! [`SqliteBroker`]: the [`Broker`] over one SQLite file.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -44,9 +45,31 @@ struct Inner {
     clock: Clock,
     path: PathBuf,
     /// Bumped after committed work that a worker could take (enqueue, retry, release), so
-    /// an idle worker in this process wakes at once rather than at its next poll. Workers
-    /// in other processes still find the work by polling.
-    wake: watch::Sender<u64>,
+    /// an idle worker in this process wakes at once rather than at its next poll. Shared by
+    /// every broker of this process open on the same file (see [`wake_for`]), so a job
+    /// enqueued through one wakes a worker on another. Workers in other processes still
+    /// find the work by polling.
+    wake: Arc<watch::Sender<u64>>,
+}
+
+/// The wake signal of each open file in this process, by canonical path.
+static WAKES: LazyLock<Mutex<HashMap<PathBuf, Weak<watch::Sender<u64>>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The wake signal shared by this process's brokers on the file at `path` (which exists
+/// once the writer opened it); a new one when none is open.
+fn wake_for(path: &Path) -> Arc<watch::Sender<u64>> {
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut wakes = WAKES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    wakes.retain(|_, w| w.strong_count() > 0);
+    if let Some(wake) = wakes.get(&key).and_then(Weak::upgrade) {
+        return wake;
+    }
+    let wake = Arc::new(watch::channel(0).0);
+    wakes.insert(key, Arc::downgrade(&wake));
+    wake
 }
 
 impl fmt::Debug for SqliteBroker {
@@ -80,12 +103,13 @@ impl SqliteBroker {
         options.validate()?;
         let path = path.as_ref().to_path_buf();
         let writer = Writer::start(path.clone(), &options).await?;
+        let wake = wake_for(&path);
         Ok(SqliteBroker {
             inner: Arc::new(Inner {
                 writer,
                 clock: options.clock,
                 path,
-                wake: watch::channel(0).0,
+                wake,
             }),
         })
     }
