@@ -173,6 +173,11 @@ pub struct Capabilities {
     pub leases: bool,
     /// Topics (publish once, many subscriptions).
     pub topics: bool,
+    /// Deliveries are pushed by the server under a window (RabbitMQ's `basic.qos`): a
+    /// worker opens a [subscription](Broker::subscribe) per queue and a fetch takes what has
+    /// already arrived, without a round trip. A short fetch is then no sign that the queue
+    /// ran dry, only that the next deliveries are still on their way.
+    pub pushed: bool,
 }
 
 /// A store of queued jobs. See the module docs.
@@ -209,6 +214,23 @@ pub trait Broker: Send + Sync + Debug + 'static {
 
     /// Removes every job of a queue, in every state. Returns how many went.
     async fn purge(&self, queue: &str) -> Result<u64>;
+
+    /// Opens this process's subscription to `queue`, or changes its window if it is open:
+    /// the server may push at most `window` deliveries not yet settled. `None` is the
+    /// broker's default window, and with no default no limit at all. Only brokers that say
+    /// [`Capabilities::pushed`] do anything here; a worker calls it for each queue at start
+    /// and whenever an adaptive window changes.
+    async fn subscribe(&self, queue: &str, window: Option<u32>) -> Result<()> {
+        let _ = (queue, window);
+        Ok(())
+    }
+
+    /// Closes this process's subscription to `queue`: what it held unsettled goes back to
+    /// the queue. A worker calls it once it has settled everything at shutdown.
+    async fn unsubscribe(&self, queue: &str) -> Result<()> {
+        let _ = queue;
+        Ok(())
+    }
 
     /// A signal that changes whenever new work may be available (an enqueue, a retry, a
     /// release). Workers wait on it while idle; without one they poll.

@@ -179,6 +179,7 @@ impl Broker for MySqlBroker {
             priorities: true,
             leases: true,
             topics: false,
+            pushed: false,
         }
     }
 

@@ -300,6 +300,7 @@ impl Broker for PgBroker {
             priorities: true,
             leases: true,
             topics: false,
+            pushed: false,
         }
     }
 

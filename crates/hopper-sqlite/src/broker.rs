@@ -143,6 +143,7 @@ impl Broker for SqliteBroker {
             priorities: true,
             leases: true,
             topics: false,
+            pushed: false,
         }
     }
 

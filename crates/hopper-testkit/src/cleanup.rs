@@ -85,6 +85,12 @@ impl Broker for WithCleanup {
     async fn purge(&self, queue: &str) -> Result<u64> {
         self.inner().purge(queue).await
     }
+    async fn subscribe(&self, queue: &str, window: Option<u32>) -> Result<()> {
+        self.inner().subscribe(queue, window).await
+    }
+    async fn unsubscribe(&self, queue: &str) -> Result<()> {
+        self.inner().unsubscribe(queue).await
+    }
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
         self.inner().wake_signal()
     }

@@ -264,6 +264,7 @@ impl Broker for MemoryBroker {
             priorities: true,
             leases: true,
             topics: true,
+            pushed: false,
         }
     }
 

@@ -39,8 +39,15 @@ pub(crate) enum Event {
     Settled {
         result: Result<SettleReport>,
         batch: Vec<Settlement>,
+        /// The queue of each settlement, where known.
+        queues: Vec<Option<usize>>,
     },
     Renewed(Result<Vec<LeaseId>>),
+    /// A pushed broker's `subscribe` or `unsubscribe` for this queue returned.
+    Subscribed {
+        queue: usize,
+        result: Result<()>,
+    },
 }
 
 /// The largest window a queue's options can lead to; used to check lease renewal.
@@ -69,6 +76,18 @@ struct QState {
     seen_priority: bool,
     /// When the batch now collecting got its first job.
     batch_since: Option<Instant>,
+    /// Pushed brokers: the window last asked for with `subscribe` (`Some(None)`: the
+    /// broker's default), or `None` while there is no subscription.
+    window_sent: Option<Option<u32>>,
+    /// Pushed brokers: a `subscribe` or `unsubscribe` is in flight.
+    subscribing: bool,
+    /// Pushed brokers: the subscription has been opened (its first `subscribe` returned).
+    /// No fetch before: a fetch would open one itself, under the broker's default window.
+    subscribed: bool,
+    /// Settlements of this queue's jobs not yet applied by the broker. On a pushed broker
+    /// they still count against the window, so the Auto rule needs them to tell a full
+    /// window from a short one.
+    settling: usize,
 }
 
 enum TaskWork {
@@ -95,6 +114,11 @@ struct Stopping {
 pub(crate) struct EventLoop {
     broker: Arc<dyn Broker>,
     in_process: bool,
+    /// The broker pushes deliveries under a window (DESIGN.md §5): subscribe per queue,
+    /// and count each hand-off to a handler as a fetch in the stats.
+    pushed: bool,
+    /// The broker has leases to renew; brokers without (RabbitMQ) are never asked.
+    leases_on: bool,
     cfg: WorkerConfig,
     queues: Vec<QState>,
     by_name: HashMap<String, usize>,
@@ -110,6 +134,8 @@ pub(crate) struct EventLoop {
     fetch_retry_at: Option<Instant>,
     fetch_backoff: Duration,
     settles: Vec<Settlement>,
+    /// The queue of each settlement of `settles`, where known.
+    settle_queues: Vec<Option<usize>>,
     settle_since: Option<Instant>,
     settle_in_flight: bool,
     settle_retry_at: Option<Instant>,
@@ -159,6 +185,10 @@ impl EventLoop {
                 drained: false,
                 seen_priority: false,
                 batch_since: None,
+                window_sent: None,
+                subscribing: false,
+                subscribed: false,
+                settling: 0,
             });
         }
         {
@@ -178,6 +208,8 @@ impl EventLoop {
         let wake = broker.wake_signal();
         EventLoop {
             in_process: caps.in_process,
+            pushed: caps.pushed,
+            leases_on: caps.leases,
             next_renew: Instant::now() + cfg.lease_ttl / 3,
             broker,
             cfg,
@@ -195,6 +227,7 @@ impl EventLoop {
             fetch_retry_at: None,
             fetch_backoff: Duration::from_millis(50),
             settles: Vec::new(),
+            settle_queues: Vec::new(),
             settle_since: None,
             settle_in_flight: false,
             settle_retry_at: None,
@@ -211,6 +244,7 @@ impl EventLoop {
     }
 
     pub(crate) async fn run(mut self) {
+        self.warn_capped_batches();
         self.spawn_task();
         loop {
             {
@@ -259,6 +293,16 @@ impl EventLoop {
         }
         for task in self.tasks.drain(..).flatten() {
             drop(task.tx);
+        }
+        // Only now, with every settlement applied: closing a subscription earlier would
+        // hand back jobs whose handlers are still finishing in the grace period, and their
+        // acknowledgements would then be refused.
+        if self.pushed {
+            for q in &self.queues {
+                if let Err(e) = self.broker.unsubscribe(&q.name).await {
+                    tracing::warn!(queue = %q.name, error = %e, "closing the subscription failed");
+                }
+            }
         }
         if let Some(stopping) = self.stopping.take() {
             for r in stopping.replies {
@@ -310,7 +354,11 @@ impl EventLoop {
         if !self.fetch_in_flight {
             consider(self.fetch_retry_at);
         }
-        if self.cfg.lease_renewal && !self.leases.is_empty() && !self.renew_in_flight {
+        if self.leases_on
+            && self.cfg.lease_renewal
+            && !self.leases.is_empty()
+            && !self.renew_in_flight
+        {
             consider(Some(self.next_renew));
         }
         consider(
@@ -336,6 +384,7 @@ impl EventLoop {
             }
         }
         self.dispatch(now, st);
+        self.maybe_subscribe(st);
         self.maybe_fetch(now);
         self.maybe_settle(now);
         self.maybe_renew(now);
@@ -365,9 +414,98 @@ impl EventLoop {
         match q.opts.prefetch {
             None if self.in_process => c * per_slot.max(HANDOFF_MAX),
             None | Some(Prefetch::Slots) => c * per_slot,
+            // The server holds a pushed subscription to exactly `n`.
+            Some(Prefetch::Fixed(n)) if self.pushed => n,
             Some(Prefetch::Fixed(n)) => n.max(c),
             Some(Prefetch::Auto) => c * q.sizer.as_ref().map_or(1, AutoSizer::size),
         }
+    }
+
+    /// The window a pushed broker's subscription gets: the queue's `prefetch`, else `None`
+    /// for the broker's own default (DESIGN.md §5).
+    fn pushed_window(q: &QState) -> Option<u32> {
+        let per_slot = q.opts.batch.map_or(1, |(size, _)| size);
+        let n = match q.opts.prefetch? {
+            Prefetch::Fixed(n) => n,
+            Prefetch::Slots => q.opts.concurrency * per_slot,
+            Prefetch::Auto => q.opts.concurrency * q.sizer.as_ref().map_or(1, AutoSizer::size),
+        };
+        Some(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
+    /// Says at start which batch queues can never fill a batch: a batch closes at the
+    /// window when the window is smaller (the server pushes no more than it).
+    fn warn_capped_batches(&self) {
+        for q in &self.queues {
+            let Some((size, wait)) = q.opts.batch else {
+                continue;
+            };
+            if q.opts.prefetch == Some(Prefetch::Auto) {
+                continue; // the window grows with the job times; a warning would be noise
+            }
+            let window = if self.pushed {
+                Self::pushed_window(q).map(|w| w as usize)
+            } else {
+                Some(self.window(q))
+            };
+            if let Some(window) = window.filter(|&w| w < size) {
+                tracing::warn!(
+                    queue = %q.name,
+                    window,
+                    batch_size = size,
+                    "the window caps the batch: batches of this queue close at {window} jobs \
+                     (or {wait:?} after their first), never at {size}; raise prefetch to at \
+                     least the batch size to fill them"
+                );
+            }
+        }
+    }
+
+    /// Opens each queue's subscription on a pushed broker, and re-sends the window when it
+    /// changed (the Auto rule resizing it). One call per queue at a time, so windows reach
+    /// the broker in the order they were decided.
+    fn maybe_subscribe(&mut self, st: &mut WorkerStats) {
+        if !self.pushed || self.stopping.is_some() {
+            return;
+        }
+        for qi in 0..self.queues.len() {
+            let q = &self.queues[qi];
+            if q.paused || q.subscribing {
+                continue;
+            }
+            let window = Self::pushed_window(q);
+            if q.window_sent == Some(window) {
+                continue;
+            }
+            let q = &mut self.queues[qi];
+            q.window_sent = Some(window);
+            q.subscribing = true;
+            if let Some(w) = window {
+                let qs = st.queues.entry(q.name.clone()).or_default();
+                push_size(&mut qs.windows, w as usize);
+            }
+            let (broker, events, name) = (self.broker.clone(), self.events.clone(), q.name.clone());
+            tokio::spawn(async move {
+                let result = broker.subscribe(&name, window).await;
+                let _ = events.send(Event::Subscribed { queue: qi, result });
+            });
+        }
+    }
+
+    /// Closes a paused queue's subscription, so the server gives its deliveries to others.
+    fn unsubscribe_paused(&mut self, qi: usize) {
+        let q = &mut self.queues[qi];
+        if !self.pushed || q.window_sent.is_none() {
+            return;
+        }
+        q.window_sent = None;
+        q.subscribing = true;
+        q.subscribed = false;
+        let (broker, events, name) = (self.broker.clone(), self.events.clone(), q.name.clone());
+        tokio::spawn(async move {
+            let result = broker.unsubscribe(&name).await;
+            let _ = events.send(Event::Subscribed { queue: qi, result });
+        });
     }
 
     fn task_available(&self) -> bool {
@@ -422,6 +560,18 @@ impl EventLoop {
                 };
                 let (work, record, k) = work;
                 push_size(&mut st.handoff_sizes, k);
+                if self.pushed {
+                    // Pushed deliveries have no fetch: what a handler gets at once is one.
+                    let calls = match &work {
+                        Work::Batch { .. } => vec![k],
+                        Work::Jobs(_) => vec![1; k],
+                    };
+                    st.fetches += calls.len() as u64;
+                    st.fetched_jobs += k as u64;
+                    for n in calls {
+                        push_size(&mut st.batch_sizes, n);
+                    }
+                }
                 let q = &mut self.queues[qi];
                 q.busy += 1;
                 q.in_handoffs += k;
@@ -490,7 +640,7 @@ impl EventLoop {
     }
 
     fn fetch_want(&self, q: &QState) -> usize {
-        if q.paused || q.drained {
+        if q.paused || q.drained || (self.pushed && !q.subscribed) {
             return 0;
         }
         let window = self.window(q);
@@ -571,16 +721,25 @@ impl EventLoop {
         self.settle_since = None;
         self.settle_in_flight = true;
         let batch = std::mem::take(&mut self.settles);
+        let queues = std::mem::take(&mut self.settle_queues);
         let broker = self.broker.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
             let result = broker.settle(batch.clone()).await;
-            let _ = events.send(Event::Settled { result, batch });
+            let _ = events.send(Event::Settled {
+                result,
+                batch,
+                queues,
+            });
         });
     }
 
     fn maybe_renew(&mut self, now: Instant) {
-        if !self.cfg.lease_renewal || self.renew_in_flight || now < self.next_renew {
+        if !self.leases_on
+            || !self.cfg.lease_renewal
+            || self.renew_in_flight
+            || now < self.next_renew
+        {
             return;
         }
         self.next_renew = now + self.cfg.lease_ttl / 3;
@@ -588,6 +747,7 @@ impl EventLoop {
             return;
         }
         self.renew_in_flight = true;
+        debug_assert!(self.leases_on, "renewing on a broker without leases");
         let leases: Vec<LeaseId> = self.leases.keys().copied().collect();
         let (broker, events, ttl) = (self.broker.clone(), self.events.clone(), self.cfg.lease_ttl);
         tokio::spawn(async move {
@@ -607,11 +767,18 @@ impl EventLoop {
                 done,
                 elapsed,
             } => self.task_done(task, done, elapsed, st),
-            Event::Settled { result, batch } => {
+            Event::Settled {
+                result,
+                batch,
+                queues,
+            } => {
                 self.settle_in_flight = false;
                 match result {
                     Ok(report) => {
                         st.settle_calls += 1;
+                        for qi in queues.into_iter().flatten() {
+                            self.queues[qi].settling -= 1;
+                        }
                         if !report.fenced.is_empty() {
                             tracing::debug!(
                                 fenced = report.fenced.len(),
@@ -624,8 +791,19 @@ impl EventLoop {
                         let mut batch = batch;
                         batch.append(&mut self.settles);
                         self.settles = batch;
+                        let mut queues = queues;
+                        queues.append(&mut self.settle_queues);
+                        self.settle_queues = queues;
                         self.settle_retry_at = Some(Instant::now() + Duration::from_millis(200));
                     }
+                }
+            }
+            Event::Subscribed { queue, result } => {
+                let q = &mut self.queues[queue];
+                q.subscribing = false;
+                q.subscribed = q.window_sent.is_some();
+                if let Err(e) = result {
+                    tracing::error!(queue = %q.name, error = %e, "subscribing failed");
                 }
             }
             Event::Renewed(result) => {
@@ -670,7 +848,7 @@ impl EventLoop {
         }
         for &(qi, n) in &asked {
             let q = &mut self.queues[qi];
-            if let Some(sizer) = q.sizer.as_mut() {
+            if let Some(sizer) = q.sizer.as_mut().filter(|_| !self.pushed) {
                 sizer.fetched(n, got[qi]);
             }
             if got[qi] < n {
@@ -693,10 +871,14 @@ impl EventLoop {
             st.empty_fetches += 1;
             return;
         }
-        st.fetches += 1;
-        st.fetched_jobs += fetched.jobs.len() as u64;
-        push_size(&mut st.batch_sizes, fetched.jobs.len());
-        self.leases.insert(fetched.lease, fetched.jobs.len());
+        if !self.pushed {
+            st.fetches += 1;
+            st.fetched_jobs += fetched.jobs.len() as u64;
+            push_size(&mut st.batch_sizes, fetched.jobs.len());
+        }
+        if self.leases_on {
+            self.leases.insert(fetched.lease, fetched.jobs.len());
+        }
         for job in fetched.jobs {
             let Some(&qi) = self.by_name.get(&job.queue) else {
                 tracing::warn!(queue = %job.queue, id = %job.id, "fetch returned a job of a queue not asked for; releasing it");
@@ -716,10 +898,33 @@ impl EventLoop {
             }
             q.buffer.push_back(job);
         }
+        if self.pushed {
+            self.size_pushed_windows(&asked, &got);
+        }
         for q in &self.queues {
             let held = q.buffer.len() + q.in_handoffs;
             let qs = st.queues.entry(q.name.clone()).or_default();
             qs.peak_held = qs.peak_held.max(held);
+        }
+    }
+
+    /// The Auto rule on a pushed broker, where taking from what arrived costs nothing and
+    /// says little. A take is *full* when the subscription's whole window is out with this
+    /// worker (buffered, handed off, or settled and not yet applied): the server would push
+    /// more if the window let it, so that counts as a full fetch and the window grows after
+    /// two. Any other take is no evidence either way (after each acknowledgement the next
+    /// delivery is still on the wire), so it leaves the size alone; the job times still
+    /// shrink it at once through `wanted`.
+    fn size_pushed_windows(&mut self, asked: &[(usize, usize)], got: &[usize]) {
+        for &(qi, n) in asked {
+            let window = self.window(&self.queues[qi]);
+            let q = &mut self.queues[qi];
+            let out = q.buffer.len() + q.in_handoffs + q.settling;
+            if let Some(sizer) = q.sizer.as_mut() {
+                if got[qi] > 0 && out >= window {
+                    sizer.fetched(n, n);
+                }
+            }
         }
     }
 
@@ -758,7 +963,7 @@ impl EventLoop {
                 Outcome::Release => st.released += 1,
                 Outcome::Cancel => st.cancelled += 1,
             }
-            self.settle_counted(d.id, d.lease, d.outcome);
+            self.settle_counted(d.id, d.lease, d.outcome, Some(qi));
         }
     }
 
@@ -769,10 +974,16 @@ impl EventLoop {
             Outcome::Cancel => st.cancelled += 1,
             _ => {}
         }
-        self.settle_counted(id, lease, outcome);
+        self.settle_counted(id, lease, outcome, None);
     }
 
-    fn settle_counted(&mut self, id: JobId, lease: LeaseId, outcome: Outcome) {
+    fn settle_counted(
+        &mut self,
+        id: JobId,
+        lease: LeaseId,
+        outcome: Outcome,
+        queue: Option<usize>,
+    ) {
         if let Some(n) = self.leases.get_mut(&lease) {
             *n -= 1;
             if *n == 0 {
@@ -790,6 +1001,10 @@ impl EventLoop {
             lease,
             outcome,
         });
+        self.settle_queues.push(queue);
+        if let Some(qi) = queue {
+            self.queues[qi].settling += 1;
+        }
     }
 
     fn lease_lost(&mut self, lease: LeaseId) {
@@ -888,6 +1103,7 @@ impl EventLoop {
                 let r = self.queue_index(&name).map(|qi| {
                     self.queues[qi].paused = true;
                     self.release_unstarted(Some(qi), st);
+                    self.unsubscribe_paused(qi);
                 });
                 let _ = reply.send(r);
             }

@@ -8,13 +8,16 @@ pub const SIZES_KEPT: usize = 100_000;
 /// Counters and recent history of one worker. A snapshot: read it again for fresh figures.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WorkerStats {
-    /// Fetches that returned at least one job.
+    /// Fetches that returned at least one job. On a broker that pushes deliveries
+    /// ([`Capabilities::pushed`](crate::Capabilities::pushed)) there is no fetch: each
+    /// batch handed to a handler counts as one (each job, for a one-job handler).
     pub fetches: u64,
     /// Fetches that returned nothing (idle polls and wake-ups that lost the race).
     pub empty_fetches: u64,
     /// Jobs those fetches returned.
     pub fetched_jobs: u64,
-    /// The size of each non-empty fetch, in order (the first [`SIZES_KEPT`]).
+    /// The size of each non-empty fetch, in order (the first [`SIZES_KEPT`]). On a pushed
+    /// broker, the size of each batch handed to a handler (1 for a one-job handler).
     pub batch_sizes: Vec<u32>,
     /// Jobs in each hand-off to a pool task, in order (the first [`SIZES_KEPT`]).
     pub handoff_sizes: Vec<u32>,
@@ -55,6 +58,9 @@ pub struct QueueStats {
     pub batch_sizes: Vec<u32>,
     /// The most jobs of this queue held at once (buffered, waiting in hand-offs, running).
     pub peak_held: usize,
+    /// Pushed brokers: each window the subscription was opened or re-sized with, in order
+    /// (none when the broker's default applies).
+    pub windows: Vec<u32>,
 }
 
 impl WorkerStats {

@@ -1,0 +1,707 @@
+//! [`AmqpBroker`]: the [`Broker`] implementation over RabbitMQ.
+//!
+//! RabbitMQ pushes; Hopper's worker fetches. The broker joins the two: each subscription
+//! (one per queue per process, see [`subscription`](crate::subscription)) moves the
+//! server's deliveries into a local buffer and bumps the wake signal, and a fetch takes
+//! from those buffers without a round trip. So the worker's whole runtime (concurrency,
+//! batch handlers, grouped settlements, graceful shutdown, statistics) works unchanged,
+//! while the window that bounds what this process holds is the server's `basic.qos`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+use hopper_core::job::{to_millis, validate_queue_name};
+use hopper_core::{
+    Broker, CancelOutcome, Capabilities, ConfigError, Error, FetchRequest, Fetched, JobId,
+    JobRecord, LeaseId, NewJob, Outcome, QueueCounts, Result, SettleReport, Settlement,
+};
+use lapin::BasicProperties;
+use lapin::options::{
+    BasicAckOptions, BasicNackOptions, BasicPublishOptions, BasicRejectOptions,
+    QueueDeclareOptions, QueuePurgeOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Channel, Confirmation};
+use tokio::sync::watch;
+
+use crate::conn::{Link, amqp_err, is_not_found};
+use crate::options::{AmqpOptions, validate_window};
+use crate::subscription::Subscription;
+use crate::topology::{Topology, dead_queue, retry_bucket};
+use crate::wire;
+
+/// A message to publish and where.
+struct Outgoing {
+    exchange: String,
+    routing_key: String,
+    payload: Vec<u8>,
+    properties: BasicProperties,
+}
+
+/// The RabbitMQ broker. Cheap to share behind an `Arc`; dropping the last handle closes
+/// its subscriptions (the server requeues what they held) and its connection.
+#[derive(Debug)]
+pub struct AmqpBroker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    link: Arc<Link>,
+    topology: Topology,
+    subs: Mutex<HashMap<String, Arc<Subscription>>>,
+    /// Held while a subscription is being opened, so two callers never open two.
+    opening: tokio::sync::Mutex<()>,
+    wake: watch::Sender<u64>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.link
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        let subs: Vec<_> = self.subs_map().drain().map(|(_, s)| s).collect();
+        let link = self.link.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                for sub in subs {
+                    sub.close().await;
+                }
+                link.close().await;
+            });
+        }
+    }
+}
+
+impl Inner {
+    fn subs_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Subscription>>> {
+        self.subs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn sub(&self, queue: &str) -> Option<Arc<Subscription>> {
+        self.subs_map().get(queue).cloned()
+    }
+
+    fn sub_of_generation(&self, generation: u64) -> Option<Arc<Subscription>> {
+        self.subs_map()
+            .values()
+            .find(|s| s.state().generation == generation)
+            .cloned()
+    }
+}
+
+fn now_ms() -> i64 {
+    to_millis(SystemTime::now())
+}
+
+impl AmqpBroker {
+    /// Connects with the default options, read over by the URL's own settings
+    /// (`?prefetch=N&declare=true&queue_type=quorum&confirms=false`).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, AmqpOptions::default()).await
+    }
+
+    /// Connects with `options`, read over by the URL's own settings.
+    pub async fn connect_with(url: &str, options: AmqpOptions) -> Result<Self> {
+        let scheme = url.split_once("://").map(|(s, _)| s);
+        if scheme != Some("amqp") {
+            return Err(Error::Config(ConfigError::new(
+                "broker URL",
+                hopper_core::redact_url(url),
+                "amqp://USER:PASSWORD@HOST:PORT/VHOST (this build has no TLS, so no amqps://)",
+            )));
+        }
+        let options = options.with_url_settings(url)?;
+        options.validate()?;
+        let link = Arc::new(Link::new(url, &options));
+        link.connection().await?;
+        let (wake, _) = watch::channel(0);
+        Ok(AmqpBroker {
+            inner: Arc::new(Inner {
+                link,
+                topology: Topology::new(options),
+                subs: Mutex::new(HashMap::new()),
+                opening: tokio::sync::Mutex::new(()),
+                wake,
+            }),
+        })
+    }
+
+    /// The options in force (the URL's settings applied).
+    pub fn options(&self) -> &AmqpOptions {
+        self.inner.topology.options()
+    }
+
+    /// Closes every subscription (the server requeues what they held) and the connection.
+    pub async fn close(&self) {
+        let subs: Vec<_> = self.inner.subs_map().drain().map(|(_, s)| s).collect();
+        for sub in subs {
+            sub.close().await;
+        }
+        self.inner.link.close().await;
+    }
+
+    /// Deletes queues by name (missing ones are fine), for tests and tools that made them.
+    pub async fn delete_queues(&self, queues: &[String]) -> Result<()> {
+        for q in queues {
+            let ch = self.inner.link.channel().await?;
+            let r = ch
+                .queue_delete(
+                    q.as_str().into(),
+                    lapin::options::QueueDeleteOptions::default(),
+                )
+                .await;
+            let _ = ch.close(200, "deleted".into()).await;
+            match r {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(amqp_err(format!("deleting queue {q}"), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes messages on the confirm channel, all at once, then waits for every
+    /// confirmation: one round trip for the lot. One result per message, in order.
+    async fn publish(&self, messages: Vec<Outgoing>) -> Result<Vec<Result<()>>> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ch: Channel = self.inner.link.publisher().await?;
+        let opts = BasicPublishOptions {
+            mandatory: true,
+            ..BasicPublishOptions::default()
+        };
+        // Every publish puts its frames in order on its first poll, so the messages reach
+        // the queue in the order given.
+        let sends = messages.iter().map(|m| {
+            ch.basic_publish(
+                m.exchange.as_str().into(),
+                m.routing_key.as_str().into(),
+                opts,
+                &m.payload,
+                m.properties.clone(),
+            )
+        });
+        let sent = join_all(sends).await;
+        let mut confirms = Vec::with_capacity(sent.len());
+        for s in sent {
+            confirms.push(s.map_err(|e| amqp_err("publishing", e))?);
+        }
+        if !self.inner.link.confirms() {
+            return Ok(messages.iter().map(|_| Ok(())).collect());
+        }
+        let confirmed = join_all(confirms).await;
+        Ok(confirmed
+            .into_iter()
+            .zip(&messages)
+            .map(|(c, m)| match c {
+                Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => Ok(()),
+                Ok(Confirmation::Ack(Some(_))) => Err(Error::broker_msg(format!(
+                    "no queue took the message for `{}` on exchange `{}`: the queue does not \
+                     exist (declare it, or connect with declare=true)",
+                    m.routing_key, m.exchange
+                ))),
+                Ok(Confirmation::Nack(_)) => Err(Error::broker_msg(format!(
+                    "RabbitMQ refused the message for `{}` (publisher nack)",
+                    m.routing_key
+                ))),
+                Err(e) => Err(amqp_err("waiting for a publisher confirm", e)),
+            })
+            .collect())
+    }
+
+    /// Opens the subscription of `queue`, `window` already validated. When it is open
+    /// already, `rewindow` says whether to re-size it: a worker's `subscribe` does, a fetch
+    /// that only makes sure a subscription exists must not (it would replace the worker's
+    /// window with the default).
+    async fn open_subscription(
+        &self,
+        queue: &str,
+        window: Option<u16>,
+        rewindow: bool,
+    ) -> Result<()> {
+        let existing = |this: &Self| {
+            this.inner.sub(queue).map(|sub| async move {
+                if rewindow {
+                    sub.set_window(window).await
+                } else {
+                    Ok(())
+                }
+            })
+        };
+        if let Some(done) = existing(self) {
+            return done.await;
+        }
+        let _opening = self.inner.opening.lock().await;
+        if let Some(done) = existing(self) {
+            return done.await;
+        }
+        self.inner
+            .topology
+            .ensure_queue(&self.inner.link, queue)
+            .await?;
+        let (sub, ready) = Subscription::start(
+            self.inner.link.clone(),
+            queue,
+            self.inner.topology.kind(queue),
+            window,
+            self.inner.wake.clone(),
+        )
+        .await;
+        // Kept even when its first attempt failed: it retries with backoff.
+        self.inner.subs_map().insert(queue.to_owned(), sub);
+        ready
+    }
+
+    /// The message count of `queue` (`None` when it does not exist).
+    async fn message_count(&self, queue: &str) -> Result<Option<u64>> {
+        let ch = self.inner.link.channel().await?;
+        let opts = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let r = ch
+            .queue_declare(queue.into(), opts, FieldTable::default())
+            .await;
+        match r {
+            Ok(q) => {
+                let _ = ch.close(200, "counted".into()).await;
+                Ok(Some(q.message_count() as u64))
+            }
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(amqp_err(format!("counting queue {queue}"), e)),
+        }
+    }
+
+    async fn purge_one(&self, queue: &str) -> Result<u64> {
+        let ch = self.inner.link.channel().await?;
+        let r = ch
+            .queue_purge(queue.into(), QueuePurgeOptions::default())
+            .await;
+        match r {
+            Ok(n) => {
+                let _ = ch.close(200, "purged".into()).await;
+                Ok(n as u64)
+            }
+            Err(e) if is_not_found(&e) => Ok(0),
+            Err(e) => Err(amqp_err(format!("purging queue {queue}"), e)),
+        }
+    }
+
+    /// Settles one subscription's deliveries: releases and rejects at once, retries and
+    /// dead letters by a confirmed copy first, then every acknowledgement grouped.
+    async fn settle_on(
+        &self,
+        sub: &Subscription,
+        items: Vec<(Settlement, u64)>,
+        report: &mut SettleReport,
+    ) -> Result<()> {
+        let _serial = sub.settling.lock().await;
+        let mut acks: Vec<(JobId, u64)> = Vec::new();
+        let mut releases = Vec::new();
+        let mut rejects = Vec::new();
+        let mut copies: Vec<(JobId, u64, Outgoing, bool)> = Vec::new();
+        let (channel, generation) = {
+            let st = sub.state();
+            (st.channel.clone(), st.generation)
+        };
+        let Some(channel) = channel else {
+            report.fenced.extend(items.iter().map(|(s, _)| s.job));
+            return Ok(());
+        };
+        let mut retry_targets = Vec::new();
+        {
+            let st = sub.state();
+            for (s, tag) in items {
+                let (gen_of, _) = wire::split_id(s.job);
+                let Some(held) = st.unsettled.get(&tag).filter(|_| gen_of == generation) else {
+                    report.fenced.push(s.job);
+                    continue;
+                };
+                match s.outcome {
+                    Outcome::Ack | Outcome::Cancel => acks.push((s.job, tag)),
+                    Outcome::Release => releases.push((s.job, tag)),
+                    Outcome::Retry { delay, error } => {
+                        retry_targets.push((
+                            s.job,
+                            tag,
+                            delay,
+                            error,
+                            held.job.clone(),
+                            held.message_id.clone(),
+                        ));
+                    }
+                    Outcome::DeadLetter { error } => {
+                        match self.inner.topology.dead_letter_target(&sub.queue) {
+                            Some((exchange, routing_key)) => {
+                                let props = wire::copy_properties(
+                                    &held.job,
+                                    held.message_id.as_deref(),
+                                    None,
+                                    &error,
+                                );
+                                let mut headers = props.headers().clone().unwrap_or_default();
+                                headers.insert(
+                                    wire::QUEUE.into(),
+                                    lapin::types::AMQPValue::LongString(
+                                        sub.queue.as_bytes().to_vec().into(),
+                                    ),
+                                );
+                                let props = props.with_headers(headers);
+                                copies.push((
+                                    s.job,
+                                    tag,
+                                    Outgoing {
+                                        exchange,
+                                        routing_key,
+                                        payload: held.job.payload.clone(),
+                                        properties: props,
+                                    },
+                                    true,
+                                ));
+                            }
+                            None => rejects.push((s.job, tag, error)),
+                        }
+                    }
+                }
+            }
+        }
+        // Retry copies wait in a retry queue (declared on first use), or go straight back.
+        for (job_id, tag, delay, error, job, message_id) in retry_targets {
+            let due = now_ms() + delay.as_millis() as i64;
+            let (routing_key, run_at) = match retry_bucket(delay) {
+                Some(ms) => (
+                    self.inner
+                        .topology
+                        .ensure_retry(&self.inner.link, &sub.queue, ms)
+                        .await?,
+                    Some(due),
+                ),
+                None => (sub.queue.clone(), None),
+            };
+            let props = wire::copy_properties(&job, message_id.as_deref(), run_at, &error);
+            copies.push((
+                job_id,
+                tag,
+                Outgoing {
+                    exchange: String::new(),
+                    routing_key,
+                    payload: job.payload,
+                    properties: props,
+                },
+                false,
+            ));
+        }
+
+        // Releases and rejects: one frame each, sent together.
+        {
+            let mut st = sub.state();
+            for (_, tag) in &releases {
+                st.unsettled.remove(tag);
+            }
+            for (_, tag, _) in &rejects {
+                st.unsettled.remove(tag);
+            }
+        }
+        let nacks = releases.iter().map(|(_, tag)| {
+            channel.basic_nack(
+                *tag,
+                BasicNackOptions {
+                    multiple: false,
+                    requeue: true,
+                },
+            )
+        });
+        for ((id, _), r) in releases.iter().zip(join_all(nacks).await) {
+            match r {
+                Ok(()) => report.applied += 1,
+                Err(_) => report.fenced.push(*id),
+            }
+        }
+        for (id, tag, error) in &rejects {
+            tracing::error!(queue = %sub.queue, job = %id, %error,
+                "dead letter rejected without requeue: the queue's own dead-letter policy decides \
+                 where it goes, and this error is not kept with it (configure a dead-letter \
+                 exchange, or declare topology, to keep it)");
+            match channel
+                .basic_reject(*tag, BasicRejectOptions { requeue: false })
+                .await
+            {
+                Ok(()) => report.applied += 1,
+                Err(_) => report.fenced.push(*id),
+            }
+        }
+
+        // Copies: confirmed before their originals are acknowledged.
+        let mut failed = None;
+        if !copies.is_empty() {
+            let (meta, outgoing): (Vec<_>, Vec<_>) = copies
+                .into_iter()
+                .map(|(id, tag, o, dead)| ((id, tag, dead), o))
+                .unzip();
+            let results = self.publish(outgoing).await?;
+            for ((id, tag, dead), r) in meta.into_iter().zip(results) {
+                match r {
+                    Ok(()) => acks.push((id, tag)),
+                    Err(e) if dead => {
+                        tracing::error!(queue = %sub.queue, job = %id, error = %e,
+                            "dead-letter copy refused; rejecting the message instead");
+                        sub.state().unsettled.remove(&tag);
+                        match channel
+                            .basic_reject(tag, BasicRejectOptions { requeue: false })
+                            .await
+                        {
+                            Ok(()) => report.applied += 1,
+                            Err(_) => report.fenced.push(id),
+                        }
+                    }
+                    Err(e) => failed = Some(e),
+                }
+            }
+        }
+
+        // Acknowledgements: everything acked below the lowest delivery still unsettled goes
+        // in one `multiple` ack; the rest one by one. A delivery whose handler has not
+        // finished is still unsettled, so no `multiple` ever covers it.
+        if !acks.is_empty() {
+            acks.sort_unstable_by_key(|&(_, tag)| tag);
+            let low = {
+                let mut st = sub.state();
+                for (_, tag) in &acks {
+                    st.unsettled.remove(tag);
+                }
+                st.unsettled.keys().next().copied().unwrap_or(u64::MAX)
+            };
+            let split = acks.partition_point(|&(_, tag)| tag < low);
+            let mut frames = Vec::new();
+            if split > 0 {
+                frames.push((acks[split - 1].1, true, &acks[..split]));
+            }
+            for i in split..acks.len() {
+                frames.push((acks[i].1, false, &acks[i..=i]));
+            }
+            let sends = frames
+                .iter()
+                .map(|&(tag, multiple, _)| channel.basic_ack(tag, BasicAckOptions { multiple }));
+            for (r, (_, _, covered)) in join_all(sends).await.into_iter().zip(&frames) {
+                match r {
+                    Ok(()) => report.applied += covered.len(),
+                    Err(_) => report.fenced.extend(covered.iter().map(|(id, _)| *id)),
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl Broker for AmqpBroker {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            name: "amqp",
+            durable: true,
+            in_process: false,
+            delayed: true,
+            priorities: false,
+            leases: false,
+            topics: false,
+            pushed: true,
+        }
+    }
+
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        for job in &jobs {
+            job.validate()?;
+        }
+        let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        for q in queues {
+            self.inner
+                .topology
+                .ensure_queue(&self.inner.link, q)
+                .await?;
+        }
+        let now = now_ms();
+        let mut ids = Vec::with_capacity(jobs.len());
+        let mut out = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let id = wire::next_enqueue_id(now);
+            let run_at = job.run_at_millis(now);
+            let routing_key =
+                match retry_bucket(Duration::from_millis((run_at - now).max(0) as u64)) {
+                    Some(ms) => {
+                        self.inner
+                            .topology
+                            .ensure_retry(&self.inner.link, &job.queue, ms)
+                            .await?
+                    }
+                    None => job.queue.clone(),
+                };
+            let properties = wire::properties(Some(&id.0.to_string()), &job, now, run_at, 0, None);
+            ids.push(id);
+            out.push(Outgoing {
+                exchange: String::new(),
+                routing_key,
+                payload: job.payload,
+                properties,
+            });
+        }
+        for r in self.publish(out).await? {
+            r?;
+        }
+        Ok(ids)
+    }
+
+    async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
+        let mut jobs = Vec::new();
+        for b in &request.budgets {
+            let sub = match self.inner.sub(&b.queue) {
+                Some(s) => s,
+                None => {
+                    validate_queue_name(&b.queue)?;
+                    let window = self
+                        .inner
+                        .topology
+                        .options()
+                        .prefetch
+                        .map(|w| validate_window("prefetch", w))
+                        .transpose()?;
+                    self.open_subscription(&b.queue, window, false).await?;
+                    self.inner
+                        .sub(&b.queue)
+                        .ok_or(Error::Closed("subscription"))?
+                }
+            };
+            jobs.extend(sub.take(b.limit));
+        }
+        Ok(Fetched {
+            lease: jobs.first().map_or(LeaseId(0), |j| j.lease),
+            jobs,
+            next_due: None,
+        })
+    }
+
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        let mut report = SettleReport::default();
+        let mut by_generation: BTreeMap<u64, Vec<(Settlement, u64)>> = BTreeMap::new();
+        for s in settlements {
+            let (generation, tag) = wire::split_id(s.job);
+            by_generation.entry(generation).or_default().push((s, tag));
+        }
+        let mut failed = None;
+        for (generation, items) in by_generation {
+            match self.inner.sub_of_generation(generation) {
+                Some(sub) => {
+                    if let Err(e) = self.settle_on(&sub, items, &mut report).await {
+                        failed = Some(e);
+                    }
+                }
+                None => report.fenced.extend(items.iter().map(|(s, _)| s.job)),
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    async fn renew(&self, _leases: &[LeaseId], _ttl: Duration) -> Result<Vec<LeaseId>> {
+        // No leases: a delivery is held as long as its channel is open.
+        Ok(Vec::new())
+    }
+
+    async fn cancel(&self, _id: JobId) -> Result<CancelOutcome> {
+        Err(Error::NotSupported {
+            broker: "amqp",
+            what: "cancelling a queued message",
+        })
+    }
+
+    async fn job(&self, _id: JobId) -> Result<Option<JobRecord>> {
+        Err(Error::NotSupported {
+            broker: "amqp",
+            what: "looking up a job by id",
+        })
+    }
+
+    async fn counts(&self, queue: &str) -> Result<QueueCounts> {
+        validate_queue_name(queue)?;
+        let pending = self.message_count(queue).await?.unwrap_or(0);
+        let mut scheduled = 0;
+        for rq in self.inner.topology.retry_queues_of(queue) {
+            scheduled += self.message_count(&rq).await?.unwrap_or(0);
+        }
+        let dead = match self.inner.topology.dead_letter_target(queue) {
+            Some((ex, key)) if ex.is_empty() && key == dead_queue(queue) => {
+                self.message_count(&key).await?.unwrap_or(0)
+            }
+            _ => 0,
+        };
+        let leased = self
+            .inner
+            .sub(queue)
+            .map_or(0, |s| s.state().unsettled.len() as u64);
+        Ok(QueueCounts {
+            pending,
+            scheduled,
+            leased,
+            dead,
+        })
+    }
+
+    async fn dead_letters(&self, _queue: &str, _limit: usize) -> Result<Vec<JobRecord>> {
+        Err(Error::NotSupported {
+            broker: "amqp",
+            what: "listing dead letters (read the dead-letter queue with any AMQP client)",
+        })
+    }
+
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        validate_queue_name(queue)?;
+        let mut n = self.purge_one(queue).await?;
+        for rq in self.inner.topology.retry_queues_of(queue) {
+            n += self.purge_one(&rq).await?;
+        }
+        if let Some((ex, key)) = self.inner.topology.dead_letter_target(queue) {
+            if ex.is_empty() && key == dead_queue(queue) {
+                n += self.purge_one(&key).await?;
+            }
+        }
+        Ok(n)
+    }
+
+    async fn subscribe(&self, queue: &str, window: Option<u32>) -> Result<()> {
+        validate_queue_name(queue)?;
+        let window = match window {
+            Some(w) => Some(validate_window(&format!("prefetch of queue {queue}"), w)?),
+            None => self
+                .inner
+                .topology
+                .options()
+                .prefetch
+                .map(|w| validate_window("prefetch", w))
+                .transpose()?,
+        };
+        self.open_subscription(queue, window, true).await
+    }
+
+    async fn unsubscribe(&self, queue: &str) -> Result<()> {
+        let sub = self.inner.subs_map().remove(queue);
+        if let Some(sub) = sub {
+            sub.close().await;
+        }
+        Ok(())
+    }
+
+    fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner.wake.subscribe())
+    }
+}

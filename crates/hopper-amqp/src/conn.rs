@@ -1,0 +1,128 @@
+//! The broker's connection to RabbitMQ: opened on demand, re-opened after a loss, and the
+//! confirm channel every publish goes through.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use hopper_core::{Error, Result};
+use lapin::options::ConfirmSelectOptions;
+use lapin::{Channel, Connection, ConnectionProperties};
+use tokio::sync::Mutex;
+
+use crate::options::AmqpOptions;
+
+/// A lapin error as Hopper's, saying what was being done.
+pub(crate) fn amqp_err(what: impl Into<String>, e: lapin::Error) -> Error {
+    Error::broker(format!("{}: {e}", what.into()), e)
+}
+
+/// Whether a lapin error is the server refusing because a queue or exchange is missing.
+pub(crate) fn is_not_found(e: &lapin::Error) -> bool {
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404)
+}
+
+/// One connection at a time, replaced when lost. Every user asks for the current one; the
+/// first to find it broken opens the next while the others wait on the lock.
+pub(crate) struct Link {
+    url: String,
+    pub(crate) redacted: String,
+    name: Option<String>,
+    confirms: bool,
+    pub(crate) backoff: (Duration, Duration),
+    current: Mutex<Option<Arc<Connection>>>,
+    /// The channel publishes go through, in confirm mode unless confirms are off. One is
+    /// enough: publishes are pipelined on it and confirmed together.
+    publisher: Mutex<Option<Channel>>,
+    pub(crate) closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("url", &self.redacted).finish()
+    }
+}
+
+impl Link {
+    pub(crate) fn new(url: &str, options: &AmqpOptions) -> Self {
+        Link {
+            url: url.to_owned(),
+            redacted: hopper_core::redact_url(url),
+            name: options.connection_name.clone(),
+            confirms: options.confirms,
+            backoff: (options.reconnect_min, options.reconnect_max),
+            current: Mutex::new(None),
+            publisher: Mutex::new(None),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    async fn open(&self) -> Result<Arc<Connection>> {
+        let mut props = ConnectionProperties::default();
+        if let Some(name) = &self.name {
+            props = props.with_connection_name(name.as_str().into());
+        }
+        let conn = Connection::connect(&self.url, props)
+            .await
+            .map_err(|e| amqp_err(format!("connecting to {}", self.redacted), e))?;
+        Ok(Arc::new(conn))
+    }
+
+    /// The current connection, or a new one (one attempt) when there is none or it broke.
+    pub(crate) async fn connection(&self) -> Result<Arc<Connection>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed("amqp broker"));
+        }
+        let mut current = self.current.lock().await;
+        if let Some(conn) = current.as_ref().filter(|c| c.status().connected()) {
+            return Ok(conn.clone());
+        }
+        if current.take().is_some() {
+            tracing::warn!(url = %self.redacted, "RabbitMQ connection lost; reconnecting");
+        }
+        let conn = self.open().await?;
+        *current = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// A fresh channel for one administrative step (declare, count, purge). Fresh because a
+    /// refused step (a queue not found) closes the channel it ran on.
+    pub(crate) async fn channel(&self) -> Result<Channel> {
+        let conn = self.connection().await?;
+        conn.create_channel()
+            .await
+            .map_err(|e| amqp_err("opening a channel", e))
+    }
+
+    /// The publishing channel, opened (in confirm mode) on first use and after a loss.
+    pub(crate) async fn publisher(&self) -> Result<Channel> {
+        let mut slot = self.publisher.lock().await;
+        if let Some(ch) = slot.as_ref().filter(|c| c.status().connected()) {
+            return Ok(ch.clone());
+        }
+        let ch = self.channel().await?;
+        if self.confirms {
+            ch.confirm_select(ConfirmSelectOptions::default())
+                .await
+                .map_err(|e| amqp_err("turning on publisher confirms", e))?;
+        }
+        *slot = Some(ch.clone());
+        Ok(ch)
+    }
+
+    /// Whether publishes wait for the server's confirmation.
+    pub(crate) fn confirms(&self) -> bool {
+        self.confirms
+    }
+
+    /// Closes the connection; later calls fail with [`Error::Closed`].
+    pub(crate) async fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        if let Some(conn) = self.current.lock().await.take() {
+            let _ = conn.close(200, "hopper broker closed".into()).await;
+        }
+    }
+}
+
+/// A shared handle: the broker and each subscription task hold one.
+pub(crate) type SharedLink = Arc<Link>;

@@ -1,0 +1,33 @@
+//! Hopper's RabbitMQ broker (`amqp://…`, AMQP 0-9-1 through lapin). Not for direct use:
+//! depend on `hopper` with the `amqp` feature.
+//!
+//! RabbitMQ pushes deliveries under a window (`basic.qos`); Hopper's worker takes them
+//! from what has arrived ([`Capabilities::pushed`](hopper_core::Capabilities::pushed)), so
+//! concurrency, batch handlers, grouped settlements, graceful shutdown and statistics work
+//! as on every other broker. Each subscription has its own channel and consumer; an
+//! adaptive window (`Prefetch::Auto`) re-sends `basic.qos` as it changes. Retries and
+//! delayed jobs wait on the server in TTL'd retry queues, so a crash loses no delay.
+//! Publishing is confirmed and pipelined. A lost connection is re-opened with backoff, and a
+//! delivery of the old channel is never acknowledged on the new one. The wire format, for
+//! producers in other languages, is in `docs/amqp.md`.
+//!
+//! # Layout
+//! - [`broker`]: [`AmqpBroker`], the [`Broker`](hopper_core::Broker) implementation:
+//!   enqueue, fetch from the pushed buffers, grouped settlement, counts, purge.
+//! - [`options`]: [`AmqpOptions`] and [`QueueSettings`]: default window, queue kinds,
+//!   dead-letter exchanges, declarations, confirms, reconnection; URL settings.
+//! - [`topology`]: the queues Hopper declares: work and dead-letter queues on request,
+//!   retry queues always, and the retry buckets.
+//! - [`wire`]: the message format: properties, headers, ids.
+//! - `subscription`: one channel and consumer per queue and the task feeding its buffer;
+//!   `conn`: the connection, its reconnection and the confirm channel.
+
+pub mod broker;
+mod conn;
+pub mod options;
+mod subscription;
+pub mod topology;
+pub mod wire;
+
+pub use broker::AmqpBroker;
+pub use options::{AmqpOptions, MAX_WINDOW, QueueKind, QueueSettings};

@@ -1,0 +1,277 @@
+//! [`AmqpOptions`]: the default window, per-queue settings, topology, confirms and
+//! reconnection of a broker, and the `?key=value` settings an `amqp://` URL may carry.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use hopper_core::ConfigError;
+use hopper_core::job::validate_queue_name;
+
+/// The largest window AMQP can express: `basic.qos` carries a 16-bit prefetch count.
+pub const MAX_WINDOW: u32 = u16::MAX as u32;
+
+/// The kind of queue Hopper declares (when it declares topology) and counts attempts on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QueueKind {
+    /// A classic queue: attempts are counted by Hopper in the `x-hopper-attempt` header, so
+    /// a delivery returned by a crash (the redelivered flag) is not charged.
+    #[default]
+    Classic,
+    /// A quorum queue: the server's `x-delivery-count` is added to Hopper's header, so
+    /// crash redeliveries are charged too (and so are releases: the server cannot tell).
+    Quorum,
+}
+
+impl fmt::Display for QueueKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QueueKind::Classic => "classic",
+            QueueKind::Quorum => "quorum",
+        })
+    }
+}
+
+impl FromStr for QueueKind {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "classic" => Ok(QueueKind::Classic),
+            "quorum" => Ok(QueueKind::Quorum),
+            other => Err(ConfigError::new(
+                "queue_type",
+                other,
+                "`classic` or `quorum`",
+            )),
+        }
+    }
+}
+
+/// How one queue is set up and where its dead letters go.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueSettings {
+    /// Classic or quorum.
+    pub kind: QueueKind,
+    /// Where [`DeadLetter`](hopper_core::Outcome::DeadLetter) publishes a copy carrying the
+    /// error. Without one (and without declared topology), a dead letter is a
+    /// `basic.reject` without requeue: the queue's own dead-letter policy decides, and the
+    /// error is only logged.
+    pub dead_letter_exchange: Option<String>,
+    /// The routing key of those copies; default: the queue's name.
+    pub dead_letter_routing_key: Option<String>,
+}
+
+impl QueueSettings {
+    /// A classic queue with no dead-letter exchange.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the queue kind.
+    pub fn kind(mut self, kind: QueueKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Sends dead letters to `exchange` (routing key: the queue's name unless set).
+    pub fn dead_letter_exchange(mut self, exchange: impl Into<String>) -> Self {
+        self.dead_letter_exchange = Some(exchange.into());
+        self
+    }
+
+    /// The routing key of dead letters.
+    pub fn dead_letter_routing_key(mut self, key: impl Into<String>) -> Self {
+        self.dead_letter_routing_key = Some(key.into());
+        self
+    }
+}
+
+/// How an [`AmqpBroker`](crate::AmqpBroker) connects and behaves.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AmqpOptions {
+    /// The window of a subscription whose queue sets no `prefetch` (1..=65535). `None` (the
+    /// default): no `basic.qos` at all, so the server pushes without limit.
+    pub prefetch: Option<u32>,
+    /// Settings of named queues; others get [`default_queue`](Self::default_queue).
+    pub queues: BTreeMap<String, QueueSettings>,
+    /// Settings of every queue not named in [`queues`](Self::queues).
+    pub default_queue: QueueSettings,
+    /// Declare each queue on first use (durable, of its kind) with a dead-letter queue
+    /// `<queue>.dead` as its dead-letter target. Off by default: many teams manage their
+    /// topology themselves, and then a missing queue is an error, not a silent creation.
+    /// Retry queues (`<queue>.retry.<ms>`) are Hopper's own and are always declared.
+    pub declare: bool,
+    /// Publisher confirms (default on): an enqueue returns once the server has the jobs.
+    pub confirms: bool,
+    /// The first wait before reconnecting after a lost connection (default 100 ms); it
+    /// doubles after each failed attempt…
+    pub reconnect_min: Duration,
+    /// …up to this (default 5 s).
+    pub reconnect_max: Duration,
+    /// The name the connections show in RabbitMQ's management (`connection_name`).
+    pub connection_name: Option<String>,
+}
+
+impl Default for AmqpOptions {
+    fn default() -> Self {
+        AmqpOptions {
+            prefetch: None,
+            queues: BTreeMap::new(),
+            default_queue: QueueSettings::default(),
+            declare: false,
+            confirms: true,
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
+            connection_name: None,
+        }
+    }
+}
+
+impl AmqpOptions {
+    /// The defaults: no default window, classic queues, no declarations, confirms on.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the default window (see [`prefetch`](Self::prefetch)).
+    pub fn prefetch(mut self, window: u32) -> Self {
+        self.prefetch = Some(window);
+        self
+    }
+
+    /// Sets one queue's settings.
+    pub fn queue(mut self, name: impl Into<String>, settings: QueueSettings) -> Self {
+        self.queues.insert(name.into(), settings);
+        self
+    }
+
+    /// Sets the kind of every queue not named otherwise.
+    pub fn queue_kind(mut self, kind: QueueKind) -> Self {
+        self.default_queue.kind = kind;
+        self
+    }
+
+    /// Declares queues on first use.
+    pub fn declare(mut self, on: bool) -> Self {
+        self.declare = on;
+        self
+    }
+
+    /// Turns publisher confirms on or off.
+    pub fn confirms(mut self, on: bool) -> Self {
+        self.confirms = on;
+        self
+    }
+
+    /// Sets the reconnection backoff: first wait and ceiling.
+    pub fn reconnect(mut self, min: Duration, max: Duration) -> Self {
+        self.reconnect_min = min;
+        self.reconnect_max = max;
+        self
+    }
+
+    /// Names the connections (shown by `rabbitmqctl list_connections user_provided_name`).
+    pub fn connection_name(mut self, name: impl Into<String>) -> Self {
+        self.connection_name = Some(name.into());
+        self
+    }
+
+    /// The settings of `queue`.
+    pub fn settings(&self, queue: &str) -> &QueueSettings {
+        self.queues.get(queue).unwrap_or(&self.default_queue)
+    }
+
+    /// Reads Hopper's settings from an `amqp://` URL's query (`prefetch`, `declare`,
+    /// `queue_type`, `confirms`) over these options; other keys are left to lapin
+    /// (`heartbeat`, `frame_max`, `connection_timeout`, …).
+    pub fn with_url_settings(mut self, url: &str) -> Result<Self, ConfigError> {
+        let Some((_, query)) = url.split_once('?') else {
+            return Ok(self);
+        };
+        let flag = |key: &str, value: &str| match value {
+            "true" | "1" | "on" => Ok(true),
+            "false" | "0" | "off" => Ok(false),
+            other => Err(ConfigError::new(key, other, "true or false")),
+        };
+        for pair in query.split('&') {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "prefetch" => {
+                    let n = value.parse::<u32>().map_err(|_| {
+                        ConfigError::new("prefetch", value, format!("1..={MAX_WINDOW}"))
+                    })?;
+                    self.prefetch = Some(n);
+                }
+                "declare" => self.declare = flag("declare", value)?,
+                "confirms" => self.confirms = flag("confirms", value)?,
+                "queue_type" => self.default_queue.kind = value.parse()?,
+                _ => {}
+            }
+        }
+        Ok(self)
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(w) = self.prefetch {
+            validate_window("prefetch", w)?;
+        }
+        for name in self.queues.keys() {
+            validate_queue_name(name)?;
+        }
+        if self.reconnect_min.is_zero() || self.reconnect_max < self.reconnect_min {
+            return Err(ConfigError::new(
+                "reconnect",
+                format!("{:?}..{:?}", self.reconnect_min, self.reconnect_max),
+                "a first wait above zero and a ceiling at least as long",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A window is a non-zero 16-bit count: `basic.qos` with 0 would mean "no limit", which is
+/// what `None` says, so an explicit 0 is a mistake worth naming.
+pub(crate) fn validate_window(setting: &str, window: u32) -> Result<u16, ConfigError> {
+    match u16::try_from(window) {
+        Ok(0) | Err(_) => Err(ConfigError::new(
+            setting,
+            window,
+            format!("1..={MAX_WINDOW} (leave it unset for no limit)"),
+        )),
+        Ok(w) => Ok(w),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_settings_are_read_and_bad_ones_named() {
+        let o = AmqpOptions::new()
+            .with_url_settings(
+                "amqp://h/%2f?heartbeat=5&prefetch=20&declare=true&queue_type=quorum",
+            )
+            .unwrap();
+        assert_eq!(o.prefetch, Some(20));
+        assert!(o.declare);
+        assert_eq!(o.default_queue.kind, QueueKind::Quorum);
+        let e = AmqpOptions::new()
+            .with_url_settings("amqp://h?queue_type=stream")
+            .unwrap_err();
+        assert_eq!(e.setting, "queue_type");
+        let o = AmqpOptions::new()
+            .with_url_settings("amqp://h?prefetch=0")
+            .unwrap();
+        let e = o.validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid prefetch `0`: allowed: 1..=65535 (leave it unset for no limit)"
+        );
+        assert!(validate_window("prefetch", 70_000).is_err());
+    }
+}

@@ -1,0 +1,347 @@
+//! One subscription: a channel of its own with one consumer on it, and a task that moves
+//! the server's pushes into a local buffer that [`fetch`](hopper_core::Broker::fetch) takes
+//! from.
+//!
+//! Each channel the subscription opens gets a new *generation* from a process-wide counter.
+//! A delivery's id carries its generation and delivery tag ([`wire::delivery_id`]), so a
+//! settlement finds its channel, and one naming a channel that is gone (the connection was
+//! lost, or the subscription closed) is fenced: the server has already put that delivery
+//! back, and its tag means nothing on the next channel.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use hopper_core::{Job, Result};
+use lapin::message::Delivery;
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use lapin::{Channel, Consumer};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::conn::{SharedLink, amqp_err};
+use crate::options::QueueKind;
+use crate::wire;
+
+/// Channel generations of this process; 0 is never used, so it can mean "none".
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// A delivery this process holds unsettled: what a retry or dead-letter copy needs.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) job: Job,
+    pub(crate) message_id: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct SubState {
+    /// The generation of the open channel (or of the last one, once lost).
+    pub(crate) generation: u64,
+    /// The open channel; `None` while reconnecting or once closed.
+    pub(crate) channel: Option<Channel>,
+    /// Deliveries not taken by a fetch yet.
+    pub(crate) buffer: VecDeque<Job>,
+    /// Every delivery of the open channel not settled yet, buffered or taken, by tag.
+    pub(crate) unsettled: BTreeMap<u64, Held>,
+    /// The window the consumer runs under (`None`: no `basic.qos`).
+    pub(crate) window: Option<u16>,
+}
+
+enum Cmd {
+    Window(Option<u16>, oneshot::Sender<Result<()>>),
+    Close(oneshot::Sender<()>),
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    pub(crate) queue: String,
+    kind: QueueKind,
+    state: Mutex<SubState>,
+    /// Held while a settlement batch of this subscription is worked out and sent, so two
+    /// batches never interleave: an ack with `multiple` covers every earlier tag the
+    /// server still holds, and a concurrent batch's acknowledgement of one of those would
+    /// then name a tag already gone, which closes the channel.
+    pub(crate) settling: tokio::sync::Mutex<()>,
+    cmds: mpsc::UnboundedSender<Cmd>,
+}
+
+impl Subscription {
+    /// Starts a subscription task and waits until its consumer runs (or its first attempt
+    /// failed: the task keeps retrying with backoff).
+    pub(crate) async fn start(
+        link: SharedLink,
+        queue: &str,
+        kind: QueueKind,
+        window: Option<u16>,
+        wake: watch::Sender<u64>,
+    ) -> (Arc<Subscription>, Result<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let sub = Arc::new(Subscription {
+            queue: queue.to_owned(),
+            kind,
+            state: Mutex::new(SubState {
+                window,
+                ..SubState::default()
+            }),
+            settling: tokio::sync::Mutex::new(()),
+            cmds: tx,
+        });
+        let (ready_tx, ready_rx) = oneshot::channel();
+        tokio::spawn(run(sub.clone(), link, wake, rx, Some(ready_tx)));
+        let ready = ready_rx
+            .await
+            .unwrap_or(Err(hopper_core::Error::Closed("subscription")));
+        (sub, ready)
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, SubState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Re-sizes the window: the consumer is cancelled and started again under the new one.
+    pub(crate) async fn set_window(&self, window: Option<u16>) -> Result<()> {
+        if self.state().window == window {
+            return Ok(());
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.cmds.send(Cmd::Window(window, tx)).is_err() {
+            return Err(hopper_core::Error::Closed("subscription"));
+        }
+        rx.await
+            .unwrap_or(Err(hopper_core::Error::Closed("subscription")))
+    }
+
+    /// Closes the channel: the server requeues what it held unsettled, marked redelivered.
+    pub(crate) async fn close(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.cmds.send(Cmd::Close(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Takes up to `limit` buffered deliveries.
+    pub(crate) fn take(&self, limit: usize) -> Vec<Job> {
+        let mut st = self.state();
+        let n = limit.min(st.buffer.len());
+        st.buffer.drain(..n).collect()
+    }
+
+    fn push(&self, delivery: Delivery, generation: u64, wake: &watch::Sender<u64>) {
+        let tag = delivery.delivery_tag;
+        let message_id = delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|m| m.as_str().to_owned());
+        let job = wire::decode(delivery, &self.queue, generation, self.kind, now_ms());
+        let held = Held {
+            job: job.clone(),
+            message_id,
+        };
+        {
+            let mut st = self.state();
+            if st.generation != generation {
+                return; // a straggler of a channel already replaced
+            }
+            st.unsettled.insert(tag, held);
+            st.buffer.push_back(job);
+        }
+        wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Forgets the channel: its deliveries are the server's again.
+    fn lose(&self) {
+        let mut st = self.state();
+        st.channel = None;
+        st.buffer.clear();
+        st.unsettled.clear();
+    }
+}
+
+fn now_ms() -> i64 {
+    hopper_core::job::to_millis(std::time::SystemTime::now())
+}
+
+fn consume_options() -> BasicConsumeOptions {
+    BasicConsumeOptions::default()
+}
+
+async fn open(
+    sub: &Subscription,
+    link: &SharedLink,
+    seq: &mut u64,
+) -> Result<(Channel, Consumer, u64)> {
+    let conn = link.connection().await?;
+    let channel = conn
+        .create_channel()
+        .await
+        .map_err(|e| amqp_err("opening a consumer channel", e))?;
+    let window = sub.state().window;
+    if let Some(w) = window {
+        channel
+            .basic_qos(w, BasicQosOptions::default())
+            .await
+            .map_err(|e| amqp_err(format!("basic.qos {w} for queue {}", sub.queue), e))?;
+    }
+    let generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
+    {
+        let mut st = sub.state();
+        st.generation = generation;
+        st.channel = Some(channel.clone());
+        st.buffer.clear();
+        st.unsettled.clear();
+    }
+    *seq += 1;
+    let consumer = channel
+        .basic_consume(
+            sub.queue.as_str().into(),
+            format!("hopper-{generation}-{seq}").into(),
+            consume_options(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| amqp_err(format!("consuming from queue {}", sub.queue), e))?;
+    Ok((channel, consumer, generation))
+}
+
+/// Cancels the consumer, keeps what it delivered before the cancel took effect (those
+/// deliveries stay unsettled on this channel, so nothing is lost), and consumes again under
+/// the new window. The window counts each consumer's own unsettled deliveries, so right
+/// after a change the earlier consumer's ones are held on top of the new window until they
+/// are settled: a brief overshoot of at most the old window.
+async fn rewindow(
+    sub: &Subscription,
+    channel: &Channel,
+    consumer: &mut Consumer,
+    window: Option<u16>,
+    generation: u64,
+    wake: &watch::Sender<u64>,
+    seq: &mut u64,
+) -> Result<()> {
+    channel
+        .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+        .await
+        .map_err(|e| amqp_err("basic.cancel", e))?;
+    let drain = async {
+        while let Some(Ok(d)) = consumer.next().await {
+            sub.push(d, generation, wake);
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+    channel
+        .basic_qos(window.unwrap_or(0), BasicQosOptions::default())
+        .await
+        .map_err(|e| amqp_err("basic.qos", e))?;
+    *seq += 1;
+    *consumer = channel
+        .basic_consume(
+            sub.queue.as_str().into(),
+            format!("hopper-{generation}-{seq}").into(),
+            consume_options(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| amqp_err(format!("consuming from queue {}", sub.queue), e))?;
+    sub.state().window = window;
+    Ok(())
+}
+
+/// The subscription task: open, move deliveries into the buffer, obey commands; after a
+/// loss, reopen with backoff under the same window (a new generation).
+async fn run(
+    sub: Arc<Subscription>,
+    link: SharedLink,
+    wake: watch::Sender<u64>,
+    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+    mut ready: Option<oneshot::Sender<Result<()>>>,
+) {
+    let (min, max) = link.backoff;
+    let mut wait = min;
+    let mut seq = 0u64;
+    loop {
+        match open(&sub, &link, &mut seq).await {
+            Ok((channel, mut consumer, generation)) => {
+                wait = min;
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(Ok(()));
+                }
+                loop {
+                    tokio::select! {
+                        d = consumer.next() => match d {
+                            Some(Ok(d)) => sub.push(d, generation, &wake),
+                            Some(Err(e)) => {
+                                tracing::warn!(queue = %sub.queue, error = %e, "subscription lost; reopening");
+                                break;
+                            }
+                            None => {
+                                tracing::warn!(queue = %sub.queue, "consumer ended by the server; reopening");
+                                break;
+                            }
+                        },
+                        cmd = cmds.recv() => match cmd {
+                            Some(Cmd::Window(w, reply)) => {
+                                let r = rewindow(&sub, &channel, &mut consumer, w, generation, &wake, &mut seq).await;
+                                let failed = r.is_err();
+                                if failed {
+                                    // Reopen under the new window: the old channel is gone.
+                                    sub.state().window = w;
+                                }
+                                let _ = reply.send(r);
+                                if failed {
+                                    break;
+                                }
+                            }
+                            Some(Cmd::Close(reply)) => {
+                                let _ = channel.close(200, "unsubscribed".into()).await;
+                                sub.lose();
+                                let _ = reply.send(());
+                                return;
+                            }
+                            None => {
+                                let _ = channel.close(200, "broker dropped".into()).await;
+                                sub.lose();
+                                return;
+                            }
+                        }
+                    }
+                }
+                let _ = channel.close(200, "reopening".into()).await;
+                sub.lose();
+                wake.send_modify(|n| *n = n.wrapping_add(1));
+            }
+            Err(e) => {
+                sub.lose();
+                tracing::warn!(queue = %sub.queue, error = %e, retry_in = ?wait, "cannot subscribe");
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(Err(e));
+                }
+                if link.closed.load(Ordering::Acquire) {
+                    return;
+                }
+            }
+        }
+        // Wait before reopening, still answering commands.
+        let sleep = tokio::time::sleep(wait);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => break,
+                cmd = cmds.recv() => match cmd {
+                    Some(Cmd::Window(w, reply)) => {
+                        sub.state().window = w;
+                        let _ = reply.send(Ok(()));
+                    }
+                    Some(Cmd::Close(reply)) => {
+                        let _ = reply.send(());
+                        return;
+                    }
+                    None => return,
+                }
+            }
+        }
+        wait = (wait * 2).min(max);
+    }
+}

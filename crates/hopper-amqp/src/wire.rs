@@ -1,0 +1,264 @@
+//! The wire format: how a job becomes an AMQP message and back. Documented for producers
+//! and consumers in other languages in `docs/amqp.md`; change both together.
+//!
+//! - body: the payload bytes (JSON for Hopper's typed handlers);
+//! - `content_type`: `application/json` when the body is JSON, else
+//!   `application/octet-stream`; `delivery_mode` 2 (persistent); `message_id`: the id
+//!   enqueue returned; `timestamp`: creation, in seconds;
+//! - headers: the producer's string headers as they are, plus Hopper's own, all optional
+//!   for messages from other producers: [`ATTEMPT`], [`MAX_ATTEMPTS`], [`CREATED_AT`],
+//!   [`RUN_AT`], [`ERROR`].
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hopper_core::job::DEFAULT_MAX_ATTEMPTS;
+use hopper_core::{Job, JobId, LeaseId, Millis, NewJob};
+use lapin::BasicProperties;
+use lapin::message::Delivery;
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+
+use crate::options::QueueKind;
+
+/// Attempts charged before this delivery (0 or absent for a new job).
+pub const ATTEMPT: &str = "x-hopper-attempt";
+/// Attempts allowed before the job is dead-lettered (default 25).
+pub const MAX_ATTEMPTS: &str = "x-hopper-max-attempts";
+/// When the job was first enqueued, in ms since the epoch.
+pub const CREATED_AT: &str = "x-hopper-created-at";
+/// Not run before this time, in ms since the epoch (delayed jobs and retries).
+pub const RUN_AT: &str = "x-hopper-run-at";
+/// The error of the last failed attempt (retries and dead letters).
+pub const ERROR: &str = "x-hopper-error";
+/// The queue a dead letter came from.
+pub const QUEUE: &str = "x-hopper-queue";
+/// Set to `"true"` among a job's headers when RabbitMQ marks the delivery redelivered (an
+/// earlier holder's channel closed or the message was released): it may have run before.
+pub const REDELIVERED: &str = "amqp-redelivered";
+/// RabbitMQ's redelivery counter on quorum queues.
+pub const DELIVERY_COUNT: &str = "x-delivery-count";
+
+/// Bits of a delivery id that hold the delivery tag; the channel generation is above them.
+pub const TAG_BITS: u32 = 40;
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+
+/// The id of a delivery: its channel's generation and its delivery tag, so a settlement
+/// finds its channel and a stale one (an older generation) is recognised and fenced.
+pub fn delivery_id(generation: u64, tag: u64) -> JobId {
+    JobId(((generation << TAG_BITS) | (tag & TAG_MASK)) as i64)
+}
+
+/// The generation and delivery tag inside a delivery id.
+pub fn split_id(id: JobId) -> (u64, u64) {
+    let v = id.0 as u64;
+    (v >> TAG_BITS, v & TAG_MASK)
+}
+
+/// A fresh enqueue id: milliseconds since 2025 in the high bits, then a per-process salt,
+/// then a sequence, so ids ascend within a process and two processes sharing a server do
+/// not mint the same one (short of the same 10-bit salt in the same millisecond).
+pub fn next_enqueue_id(now: Millis) -> JobId {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    static SALT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    const EPOCH_2025: i64 = 1_735_689_600_000;
+    let salt = *SALT.get_or_init(|| fastrand_salt() & 0x3ff);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let ms = (now - EPOCH_2025).max(0) as u64;
+    // The sequence's own bits carry into the milliseconds only after 4096 ids in one
+    // process: the id stays unique and ascending, just a little ahead of the clock.
+    JobId((((ms << 22) | (salt << 12)) + (seq & 0xfff) + ((seq >> 12) << 22)) as i64)
+}
+
+fn fastrand_salt() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    t ^ (std::process::id() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// Whether the body is JSON, for its `content_type` label: a full parse (without building
+/// anything), since a wrong label would mislead consumers in other languages.
+fn is_json(payload: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok()
+}
+
+/// The properties of a new job's message: `attempt` charged so far, `error` of the last.
+pub fn properties(
+    message_id: Option<&str>,
+    job: &NewJob,
+    created_at: Millis,
+    run_at: Millis,
+    attempt: u32,
+    error: Option<&str>,
+) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    for (k, v) in &job.headers {
+        headers.insert(ShortString::from(k.as_str()), long_string(v));
+    }
+    headers.insert(ATTEMPT.into(), AMQPValue::LongLongInt(attempt as i64));
+    headers.insert(
+        MAX_ATTEMPTS.into(),
+        AMQPValue::LongLongInt(job.max_attempts as i64),
+    );
+    headers.insert(CREATED_AT.into(), AMQPValue::LongLongInt(created_at));
+    if run_at > created_at {
+        headers.insert(RUN_AT.into(), AMQPValue::LongLongInt(run_at));
+    }
+    if let Some(e) = error {
+        headers.insert(ERROR.into(), long_string(e));
+    }
+    let content_type = if is_json(&job.payload) {
+        "application/json"
+    } else {
+        "application/octet-stream"
+    };
+    let props = BasicProperties::default()
+        .with_content_type(content_type.into())
+        .with_delivery_mode(2)
+        .with_timestamp((created_at / 1000).max(0) as u64)
+        .with_headers(headers);
+    match message_id {
+        Some(m) => props.with_message_id(m.into()),
+        None => props,
+    }
+}
+
+/// The properties of a copy of `job` (a retry or a dead letter): the same message with
+/// `attempt` charged, the error of the last attempt and, for a retry, when it is due.
+pub fn copy_properties(
+    job: &Job,
+    message_id: Option<&str>,
+    run_at: Option<Millis>,
+    error: &str,
+) -> BasicProperties {
+    let mut new = NewJob::new(job.queue.clone(), Vec::new());
+    new.max_attempts = job.max_attempts;
+    new.headers = job.headers.clone();
+    new.headers.remove(REDELIVERED);
+    let props = properties(
+        message_id,
+        &new,
+        job.created_at,
+        run_at.unwrap_or(job.created_at),
+        job.attempt,
+        Some(error),
+    );
+    props.with_content_type(job_content_type(job).into())
+}
+
+fn job_content_type(job: &Job) -> &'static str {
+    if is_json(&job.payload) {
+        "application/json"
+    } else {
+        "application/octet-stream"
+    }
+}
+
+fn long_string(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s.as_bytes().to_vec()))
+}
+
+fn as_i64(v: &AMQPValue) -> Option<i64> {
+    match v {
+        AMQPValue::ShortShortInt(n) => Some(*n as i64),
+        AMQPValue::ShortShortUInt(n) => Some(*n as i64),
+        AMQPValue::ShortInt(n) => Some(*n as i64),
+        AMQPValue::ShortUInt(n) => Some(*n as i64),
+        AMQPValue::LongInt(n) => Some(*n as i64),
+        AMQPValue::LongUInt(n) => Some(*n as i64),
+        AMQPValue::LongLongInt(n) => Some(*n),
+        AMQPValue::Timestamp(n) => Some(*n as i64),
+        AMQPValue::ShortString(s) => s.as_str().trim().parse().ok(),
+        AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok()?.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn as_string(v: &AMQPValue) -> Option<String> {
+    match v {
+        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::Boolean(b) => Some(b.to_string()),
+        AMQPValue::Float(f) => Some(f.to_string()),
+        AMQPValue::Double(f) => Some(f.to_string()),
+        other => as_i64(other).map(|n| n.to_string()),
+    }
+}
+
+/// The job a delivery carries, as a worker holds it.
+pub fn decode(
+    delivery: Delivery,
+    queue: &str,
+    generation: u64,
+    kind: QueueKind,
+    now: Millis,
+) -> Job {
+    let props = &delivery.properties;
+    let mut headers = BTreeMap::new();
+    let (mut attempt, mut max_attempts, mut created_at, mut run_at) = (0i64, None, None, None);
+    let mut delivery_count = 0i64;
+    if let Some(table) = props.headers() {
+        for (k, v) in table.inner() {
+            match k.as_str() {
+                ATTEMPT => attempt = as_i64(v).unwrap_or(0),
+                MAX_ATTEMPTS => max_attempts = as_i64(v),
+                CREATED_AT => created_at = as_i64(v),
+                RUN_AT => run_at = as_i64(v),
+                DELIVERY_COUNT => delivery_count = as_i64(v).unwrap_or(0),
+                // The server's and Hopper's bookkeeping are not the producer's headers.
+                key if key.starts_with("x-") => {}
+                REDELIVERED => {}
+                key => {
+                    if let Some(s) = as_string(v) {
+                        headers.insert(key.to_owned(), s);
+                    }
+                }
+            }
+        }
+    }
+    if delivery.redelivered {
+        headers.insert(REDELIVERED.to_owned(), "true".to_owned());
+    }
+    if kind == QueueKind::Quorum {
+        attempt += delivery_count;
+    }
+    let created_at = created_at
+        .or_else(|| props.timestamp().map(|s| s as i64 * 1000))
+        .unwrap_or(now);
+    Job {
+        id: delivery_id(generation, delivery.delivery_tag),
+        queue: queue.to_owned(),
+        payload: delivery.data,
+        priority: 0,
+        run_at: run_at.unwrap_or(created_at),
+        attempt: (attempt.max(0) as u32).saturating_add(1),
+        max_attempts: max_attempts
+            .map_or(DEFAULT_MAX_ATTEMPTS, |n| n.clamp(1, u32::MAX as i64) as u32),
+        headers,
+        created_at,
+        lease: LeaseId(generation as i64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivery_ids_round_trip_and_enqueue_ids_ascend() {
+        let id = delivery_id(7, 123_456);
+        assert_eq!(split_id(id), (7, 123_456));
+        let a = next_enqueue_id(1_800_000_000_000);
+        let b = next_enqueue_id(1_800_000_000_000);
+        assert!(b > a, "{a} then {b}");
+    }
+
+    #[test]
+    fn json_bodies_are_labelled() {
+        assert!(is_json(b"{\"a\":1}"));
+        assert!(is_json(b"[1, 2]"));
+        assert!(is_json(b"42"));
+        assert!(!is_json(&[0, 159, 146, 150]));
+        assert!(!is_json(b"hello"));
+    }
+}

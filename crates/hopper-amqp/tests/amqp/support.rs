@@ -1,0 +1,212 @@
+//! Per-test setup: a broker, a queue name of its own, and a guard that deletes the queue
+//! and every queue derived from it (dead letters, retry buckets) when the test ends.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hopper_amqp::topology::{RETRY_BUCKETS_MS, dead_queue, retry_queue};
+use hopper_amqp::{AmqpBroker, AmqpOptions};
+use hopper_core::{Broker, FetchRequest, Job, JobId, NewJob, WorkerHandle, WorkerStats};
+use hopper_testkit::unique_name;
+
+/// The server the tests use.
+pub fn url() -> String {
+    std::env::var("HOPPER_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+}
+
+/// Deletes its queues when dropped, on a thread and runtime of its own (the test's
+/// runtime may be gone or panicking).
+pub struct Cleanup {
+    queues: Vec<String>,
+}
+
+impl Cleanup {
+    pub fn for_queue(queue: &str) -> Self {
+        let mut queues = vec![queue.to_owned(), dead_queue(queue)];
+        queues.extend(RETRY_BUCKETS_MS.iter().map(|&ms| retry_queue(queue, ms)));
+        Cleanup { queues }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let queues = std::mem::take(&mut self.queues);
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for cleanup");
+            rt.block_on(async {
+                match AmqpBroker::connect(&url()).await {
+                    Ok(b) => {
+                        if let Err(e) = b.delete_queues(&queues).await {
+                            eprintln!("cleanup: deleting {queues:?} failed: {e}");
+                        }
+                        b.close().await;
+                    }
+                    Err(e) => eprintln!("cleanup: cannot connect: {e}"),
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// What a test works with.
+pub struct Setup {
+    pub broker: Arc<AmqpBroker>,
+    pub queue: String,
+    pub _cleanup: Cleanup,
+}
+
+impl Setup {
+    pub fn dyn_broker(&self) -> Arc<dyn Broker> {
+        self.broker.clone()
+    }
+}
+
+/// A broker on `options` (topology declared unless the options say otherwise) and a
+/// fresh queue, declared by the first enqueue or subscription.
+pub async fn setup_with(prefix: &str, options: AmqpOptions) -> Setup {
+    let queue = unique_name(prefix);
+    let cleanup = Cleanup::for_queue(&queue);
+    let broker = AmqpBroker::connect_with(&url(), options)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to RabbitMQ at {}: {e}", url()));
+    Setup {
+        broker: Arc::new(broker),
+        queue,
+        _cleanup: cleanup,
+    }
+}
+
+/// [`setup_with`] declaring topology.
+pub async fn setup(prefix: &str) -> Setup {
+    setup_with(prefix, AmqpOptions::new().declare(true)).await
+}
+
+/// A second broker (another connection: as another process would) on the same server.
+pub async fn another(options: AmqpOptions) -> Arc<AmqpBroker> {
+    Arc::new(
+        AmqpBroker::connect_with(&url(), options)
+            .await
+            .expect("connect"),
+    )
+}
+
+/// `n` jobs whose payload is their index.
+pub async fn enqueue_n(broker: &AmqpBroker, queue: &str, n: usize) -> Vec<JobId> {
+    let jobs: Vec<NewJob> = (0..n).map(|i| NewJob::json(queue, &i).unwrap()).collect();
+    broker.enqueue(jobs).await.expect("enqueue")
+}
+
+/// Waits (polling every 10 ms, up to `secs`) until `f` holds for the worker's stats.
+pub async fn wait_for(
+    worker: &WorkerHandle,
+    secs: u64,
+    what: &str,
+    f: impl Fn(&WorkerStats) -> bool,
+) -> WorkerStats {
+    let started = Instant::now();
+    loop {
+        let s = worker.stats();
+        if f(&s) {
+            return s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(secs),
+            "waited {secs} s for {what}; stats: completed {} retried {} dead {} released {}",
+            s.completed,
+            s.retried,
+            s.dead,
+            s.released
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until `f` returns true, polling every 10 ms, up to `secs`.
+pub async fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !f() {
+        assert!(
+            started.elapsed() < Duration::from_secs(secs),
+            "waited {secs} s for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A set of indexes seen by handlers, and how many times in all.
+#[derive(Default)]
+pub struct Seen {
+    pub inner: Mutex<(BTreeSet<u64>, u64)>,
+}
+
+impl Seen {
+    pub fn record(&self, i: u64) {
+        let mut g = self.inner.lock().unwrap();
+        g.0.insert(i);
+        g.1 += 1;
+    }
+    pub fn distinct(&self) -> usize {
+        self.inner.lock().unwrap().0.len()
+    }
+    pub fn total(&self) -> u64 {
+        self.inner.lock().unwrap().1
+    }
+}
+
+/// Runs `rabbitmqctl` with `args`, returning its standard output.
+pub fn rabbitmqctl(args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .map_err(|e| format!("rabbitmqctl not runnable: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `(ready, unacknowledged)` of `queue` as the server's management tool reports them.
+pub fn queue_figures(queue: &str) -> Option<(u64, u64)> {
+    let out = rabbitmqctl(&[
+        "list_queues",
+        "-q",
+        "--no-table-headers",
+        "name",
+        "messages_ready",
+        "messages_unacknowledged",
+    ])
+    .ok()?;
+    out.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() == 3 && f[0] == queue {
+            Some((f[1].parse().ok()?, f[2].parse().ok()?))
+        } else {
+            None
+        }
+    })
+}
+
+/// Fetches from `queue` until `n` jobs arrived (or `secs` passed) and returns them.
+pub async fn fetch_until(broker: &Arc<dyn Broker>, queue: &str, n: usize, secs: u64) -> Vec<Job> {
+    let started = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < n && started.elapsed() < Duration::from_secs(secs) {
+        let f = broker
+            .fetch(FetchRequest::one(
+                queue,
+                n - got.len(),
+                Duration::from_secs(30),
+            ))
+            .await
+            .expect("fetch");
+        got.extend(f.jobs);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    got
+}
