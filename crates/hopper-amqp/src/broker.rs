@@ -634,6 +634,11 @@ impl Broker for AmqpBroker {
 
     async fn counts(&self, queue: &str) -> Result<QueueCounts> {
         validate_queue_name(queue)?;
+        // Declared first when topology is on, so the count never trips on a missing queue.
+        self.inner
+            .topology
+            .ensure_queue(&self.inner.link, queue)
+            .await?;
         let pending = self.message_count(queue).await?.unwrap_or(0);
         let mut scheduled = 0;
         for rq in self.inner.topology.retry_queues_of(queue) {
@@ -666,6 +671,10 @@ impl Broker for AmqpBroker {
 
     async fn purge(&self, queue: &str) -> Result<u64> {
         validate_queue_name(queue)?;
+        self.inner
+            .topology
+            .ensure_queue(&self.inner.link, queue)
+            .await?;
         let mut n = self.purge_one(queue).await?;
         for rq in self.inner.topology.retry_queues_of(queue) {
             n += self.purge_one(&rq).await?;

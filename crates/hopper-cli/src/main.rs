@@ -24,7 +24,7 @@ use clap::{Parser, Subcommand};
     about = "Background jobs and messages: run, load-test and inspect brokers"
 )]
 struct Cli {
-    /// Broker URL: memory://, sqlite://PATH, postgres://USER:PASSWORD@HOST/DB[?schema=NAME], mysql://USER:PASSWORD@HOST/DB.
+    /// Broker URL: memory://, sqlite://PATH, postgres://USER:PASSWORD@HOST/DB[?schema=NAME], mysql://USER:PASSWORD@HOST/DB, amqp://USER:PASSWORD@HOST:PORT/VHOST.
     #[arg(long, global = true, default_value = hopper::DEFAULT_BROKER_URL, env = "HOPPER_BROKER")]
     broker: String,
     #[command(subcommand)]
@@ -41,6 +41,16 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Create or upgrade the broker's schema (PostgreSQL, MySQL); a no-op elsewhere.
     Migrate,
+}
+
+/// `demo` and `load` work on queues of their own making: on RabbitMQ, where the library
+/// declares nothing unless asked, they ask (`declare=true`) unless the URL says otherwise.
+fn own_queues(url: &str) -> String {
+    if !url.starts_with("amqp://") || url.contains("declare=") {
+        return url.to_owned();
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}declare=true")
 }
 
 fn main() -> ExitCode {
@@ -64,8 +74,8 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Demo => demo::run(&cli.broker).await,
-            Command::Load(args) => load::run(&cli.broker, args).await,
+            Command::Demo => demo::run(&own_queues(&cli.broker)).await,
+            Command::Load(args) => load::run(&own_queues(&cli.broker), args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Migrate => migrate::run(&cli.broker).await,
         }

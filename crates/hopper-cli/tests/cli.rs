@@ -298,3 +298,83 @@ fn migrate_then_load_on_mariadb() {
     assert_eq!(r["duplicates"], 0);
     assert!(sizes(&r).iter().all(|&n| n <= 10));
 }
+
+#[test]
+fn load_on_rabbitmq_counts_batches_handed_to_handlers() {
+    let base = std::env::var("HOPPER_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    let queue = format!("hopper_cli_{}", std::process::id());
+    let delete = || {
+        for q in [queue.clone(), format!("{queue}.dead")] {
+            let _ = Command::new("rabbitmqctl")
+                .args(["delete_queue", "-q", &q])
+                .output();
+        }
+    };
+    let one = hopper(&[
+        "load",
+        "--broker",
+        &base,
+        "--queues",
+        &queue,
+        "--jobs",
+        "2000",
+        "--concurrency",
+        "10",
+        "--json",
+    ]);
+    let batched = hopper(&[
+        "load",
+        "--broker",
+        &base,
+        "--queues",
+        &queue,
+        "--jobs",
+        "2000",
+        "--concurrency",
+        "4",
+        "--prefetch",
+        "40",
+        "--batch",
+        "10",
+        "--json",
+    ]);
+    delete();
+    for out in [&one, &batched] {
+        assert!(
+            out.status.success(),
+            "hopper load on RabbitMQ failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let one: serde_json::Value = serde_json::from_slice(&one.stdout).unwrap();
+    assert_eq!(
+        (one["completed"].as_u64(), one["lost"].as_u64()),
+        (Some(2000), Some(0))
+    );
+    assert_eq!(one["duplicates"], 0);
+    assert_eq!(
+        one["fetches"], 2000,
+        "a job handed to a one-job handler is a fetch"
+    );
+    assert!(
+        sizes(&one).iter().all(|&n| n == 1),
+        "without --batch, all 1"
+    );
+
+    let batched: serde_json::Value = serde_json::from_slice(&batched.stdout).unwrap();
+    assert_eq!(batched["completed"], 2000);
+    assert_eq!(batched["lost"], 0);
+    let s = sizes(&batched);
+    assert_eq!(
+        s.iter().sum::<u64>(),
+        2000,
+        "batch sizes add up to the jobs"
+    );
+    assert!(s.iter().all(|&n| n <= 10), "batches of at most 10: {s:?}");
+    assert_eq!(
+        batched["fetches"].as_u64(),
+        Some(s.len() as u64),
+        "one fetch per batch"
+    );
+}

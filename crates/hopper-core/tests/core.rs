@@ -5,6 +5,7 @@ mod core {
     mod config;
     mod dispatch;
     mod fetching;
+    mod pushed;
     mod safety;
     mod suite;
     pub mod support;

@@ -13,6 +13,7 @@
 //! | `sqlite://PATH` | `SqliteBroker`, one durable file (the default) | `sqlite` (default) |
 //! | `postgres://user:pass@host/db[?schema=name]` | `PgBroker`, many workers on many machines | `postgres` |
 //! | `mysql://user:pass@host/db` | `MySqlBroker`, MySQL 8 and MariaDB 10.6+ | `mysql` |
+//! | `amqp://user:pass@host:5672/vhost[?prefetch=N&declare=true]` | `AmqpBroker`, RabbitMQ | `amqp` |
 //!
 //! ```no_run
 //! use hopper::{JobContext, NewJob, QueueOptions, Worker};
@@ -37,6 +38,8 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "amqp")]
+pub use hopper_amqp::{AmqpBroker, AmqpOptions, QueueKind, QueueSettings};
 pub use hopper_core::*;
 #[cfg(feature = "mysql")]
 pub use hopper_mysql::{MySqlBroker, MySqlOptions};
@@ -59,6 +62,9 @@ pub fn supported_schemes() -> String {
     }
     if cfg!(feature = "mysql") {
         schemes.push("mysql://USER:PASSWORD@HOST/DB");
+    }
+    if cfg!(feature = "amqp") {
+        schemes.push("amqp://USER:PASSWORD@HOST:PORT/VHOST[?prefetch=N&declare=true]");
     }
     schemes.join(", ")
 }
@@ -84,6 +90,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Broker>> {
         "postgres" | "postgresql" => Ok(Arc::new(PgBroker::connect(url).await?)),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => Ok(Arc::new(MySqlBroker::connect(url).await?)),
+        #[cfg(feature = "amqp")]
+        "amqp" => Ok(Arc::new(AmqpBroker::connect(url).await?)),
         _ => Err(refuse(url)),
     }
 }

@@ -713,7 +713,8 @@ impl EventLoop {
             || self.stopping.is_some()
             || self
                 .settle_since
-                .is_some_and(|s| s + self.cfg.settle_delay <= now);
+                .is_some_and(|s| s + self.cfg.settle_delay <= now)
+            || self.window_starved();
         if !due {
             return;
         }
@@ -732,6 +733,17 @@ impl EventLoop {
                 queues,
             });
         });
+    }
+
+    /// On a pushed broker, a settlement held back to be grouped also holds back the
+    /// server: it pushes the next delivery only once an ack frees the window. So once half
+    /// a queue's window waits on acknowledgements (all of a window of 1), they go at once.
+    fn window_starved(&self) -> bool {
+        self.pushed
+            && self
+                .queues
+                .iter()
+                .any(|q| q.settling > 0 && q.settling * 2 >= self.window(q))
     }
 
     fn maybe_renew(&mut self, now: Instant) {

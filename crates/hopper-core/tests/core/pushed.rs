@@ -1,0 +1,254 @@
+//! A worker on a broker that pushes deliveries under a window (RabbitMQ's model), against a
+//! small in-test broker that pushes like RabbitMQ does: up to the window, one more per
+//! settlement. What is asserted is what the worker asks of such a broker: the windows it
+//! subscribes with (including Auto re-windowing), no fetch before the subscription, no lease
+//! renewal, the subscription closed at shutdown, and a fetch counted per hand-off.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hopper_core::{
+    Broker, CancelOutcome, Capabilities, FetchRequest, Fetched, Job, JobContext, JobId, JobRecord,
+    JobResult, LeaseId, NewJob, Prefetch, QueueCounts, QueueOptions, Result, SettleReport,
+    Settlement, Worker,
+};
+use tokio::sync::watch;
+
+use super::support::wait_for;
+
+#[derive(Debug, Default)]
+struct State {
+    backlog: VecDeque<u64>,
+    window: Option<u32>,
+    /// Pushed and not settled: buffered here or held by the worker.
+    outstanding: u32,
+    buffer: VecDeque<Job>,
+    subscribed: Vec<Option<u32>>,
+    unsubscribed: usize,
+    fetched_before_subscribe: bool,
+}
+
+#[derive(Debug)]
+struct Pushing {
+    state: Mutex<State>,
+    wake: watch::Sender<u64>,
+}
+
+impl Pushing {
+    fn new(jobs: u64) -> Arc<Self> {
+        Arc::new(Pushing {
+            state: Mutex::new(State {
+                backlog: (0..jobs).collect(),
+                ..State::default()
+            }),
+            wake: watch::channel(0).0,
+        })
+    }
+
+    fn push(&self, st: &mut State) {
+        let mut pushed = false;
+        while st.window.is_none_or(|w| st.outstanding < w) {
+            let Some(i) = st.backlog.pop_front() else {
+                break;
+            };
+            st.outstanding += 1;
+            st.buffer.push_back(Job {
+                id: JobId(i as i64),
+                queue: "q".into(),
+                payload: i.to_string().into_bytes(),
+                priority: 0,
+                run_at: 0,
+                attempt: 1,
+                max_attempts: 25,
+                headers: Default::default(),
+                created_at: 0,
+                lease: LeaseId(1),
+            });
+            pushed = true;
+        }
+        if pushed {
+            self.wake.send_modify(|n| *n += 1);
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+}
+
+#[async_trait]
+impl Broker for Pushing {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            name: "pushing",
+            durable: true,
+            in_process: false,
+            delayed: false,
+            priorities: false,
+            leases: false,
+            topics: false,
+            pushed: true,
+        }
+    }
+    async fn enqueue(&self, _jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        unreachable!("the backlog is made up front")
+    }
+    async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
+        let mut st = self.state();
+        if st.subscribed.is_empty() {
+            st.fetched_before_subscribe = true;
+        }
+        let n = request.total().min(st.buffer.len());
+        let jobs: Vec<Job> = st.buffer.drain(..n).collect();
+        Ok(Fetched {
+            lease: LeaseId(1),
+            jobs,
+            next_due: None,
+        })
+    }
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        let mut st = self.state();
+        st.outstanding -= settlements.len() as u32;
+        self.push(&mut st);
+        Ok(SettleReport {
+            applied: settlements.len(),
+            fenced: Vec::new(),
+        })
+    }
+    async fn renew(&self, _leases: &[LeaseId], _ttl: Duration) -> Result<Vec<LeaseId>> {
+        panic!("a worker renewed leases on a broker without leases");
+    }
+    async fn cancel(&self, _id: JobId) -> Result<CancelOutcome> {
+        Ok(CancelOutcome::NotFound)
+    }
+    async fn job(&self, _id: JobId) -> Result<Option<JobRecord>> {
+        Ok(None)
+    }
+    async fn counts(&self, _queue: &str) -> Result<QueueCounts> {
+        Ok(QueueCounts::default())
+    }
+    async fn dead_letters(&self, _queue: &str, _limit: usize) -> Result<Vec<JobRecord>> {
+        Ok(Vec::new())
+    }
+    async fn purge(&self, _queue: &str) -> Result<u64> {
+        Ok(0)
+    }
+    async fn subscribe(&self, _queue: &str, window: Option<u32>) -> Result<()> {
+        let mut st = self.state();
+        st.subscribed.push(window);
+        st.window = window;
+        self.push(&mut st);
+        Ok(())
+    }
+    async fn unsubscribe(&self, _queue: &str) -> Result<()> {
+        let mut st = self.state();
+        st.unsubscribed += 1;
+        let back: Vec<u64> = st.buffer.drain(..).map(|j| j.id.0 as u64).collect();
+        st.outstanding -= back.len() as u32;
+        for i in back.into_iter().rev() {
+            st.backlog.push_front(i);
+        }
+        Ok(())
+    }
+    fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.wake.subscribe())
+    }
+}
+
+async fn drain(jobs: u64, ms: u64, opts: QueueOptions) -> (Arc<Pushing>, hopper_core::WorkerStats) {
+    let broker = Pushing::new(jobs);
+    let worker = Worker::builder(broker.clone())
+        // A lease far shorter than the run: a renewal would be due many times over.
+        .lease_ttl(Duration::from_millis(50))
+        .queue("q", opts, move |_job: JobContext<u64>| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            JobResult::Ok(())
+        })
+        .start()
+        .unwrap();
+    wait_for(&worker, |s| s.completed == jobs).await;
+    let stats = worker.shutdown().await;
+    (broker, stats)
+}
+
+#[tokio::test(start_paused = true)]
+async fn auto_re_sends_the_window_as_it_doubles_up_to_sixteen() {
+    let opts = QueueOptions::new().concurrency(1).prefetch(Prefetch::Auto);
+    let (broker, stats) = drain(200, 10, opts).await;
+    let st = broker.state();
+    assert_eq!(
+        st.subscribed,
+        vec![Some(1), Some(2), Some(4), Some(8), Some(16)],
+        "windows 1 2 4 8 16: each doubling after two full windows"
+    );
+    assert_eq!(stats.queues["q"].windows, vec![1, 2, 4, 8, 16]);
+    assert!(!st.fetched_before_subscribe, "fetched before subscribing");
+    assert_eq!(
+        st.unsubscribed, 1,
+        "the subscription closed once, at shutdown"
+    );
+    assert_eq!(
+        stats.fetches, 200,
+        "each job handed to the one-job handler is a fetch"
+    );
+    assert!(stats.batch_sizes.iter().all(|&n| n == 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn long_jobs_keep_the_auto_window_at_one() {
+    let opts = QueueOptions::new().concurrency(1).prefetch(Prefetch::Auto);
+    let (broker, _) = drain(10, 300, opts).await;
+    assert_eq!(broker.state().subscribed, vec![Some(1)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_policy_subscribes_with_its_window() {
+    let fixed = QueueOptions::new()
+        .concurrency(4)
+        .prefetch(Prefetch::Fixed(3));
+    assert_eq!(
+        drain(20, 1, fixed).await.0.state().subscribed,
+        vec![Some(3)]
+    );
+    let slots = QueueOptions::new().concurrency(4).prefetch(Prefetch::Slots);
+    assert_eq!(
+        drain(20, 1, slots).await.0.state().subscribed,
+        vec![Some(4)]
+    );
+    let default = QueueOptions::new().concurrency(4);
+    assert_eq!(
+        drain(20, 1, default).await.0.state().subscribed,
+        vec![None],
+        "no prefetch: the broker's default"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_queue_subscribes_for_its_batches_and_counts_them_as_fetches() {
+    let broker = Pushing::new(40);
+    let worker = Worker::builder(broker.clone())
+        .batch_queue(
+            "q",
+            QueueOptions::new()
+                .concurrency(2)
+                .prefetch(Prefetch::Slots)
+                .batch(5, Duration::from_millis(50)),
+            |jobs: Vec<JobContext<u64>>| async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                jobs.iter().map(|_| JobResult::Ok(())).collect()
+            },
+        )
+        .start()
+        .unwrap();
+    wait_for(&worker, |s| s.completed == 40).await;
+    let stats = worker.shutdown().await;
+    assert_eq!(
+        broker.state().subscribed,
+        vec![Some(10)],
+        "slots: 2 × batch 5"
+    );
+    assert_eq!(stats.batch_sizes, vec![5; 8], "eight batches of five");
+    assert_eq!(stats.fetches, 8);
+}
