@@ -9,5 +9,6 @@ mod core {
     mod safety;
     mod suite;
     pub mod support;
+    mod top_up;
     mod topics;
 }

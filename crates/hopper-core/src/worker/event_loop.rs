@@ -76,6 +76,8 @@ struct QState {
     seen_priority: bool,
     /// When the batch now collecting got its first job.
     batch_since: Option<Instant>,
+    /// Since when a top-up of this queue (see [`EventLoop::top_up`]) has been held back.
+    top_up_since: Option<Instant>,
     /// Pushed brokers: the window last asked for with `subscribe` (`Some(None)`: the
     /// broker's default), or `None` while there is no subscription.
     window_sent: Option<Option<u32>>,
@@ -131,6 +133,11 @@ pub(crate) struct EventLoop {
     live: usize,
     limit: usize,
     fetch_in_flight: bool,
+    /// When the fetch in flight was sent.
+    fetch_sent: Instant,
+    /// Fetch round trips, as a moving average in which the newest weighs 30%: how long a
+    /// top-up is held back at most.
+    fetch_rtt: Option<Duration>,
     fetch_retry_at: Option<Instant>,
     fetch_backoff: Duration,
     settles: Vec<Settlement>,
@@ -185,6 +192,7 @@ impl EventLoop {
                 drained: false,
                 seen_priority: false,
                 batch_since: None,
+                top_up_since: None,
                 window_sent: None,
                 subscribing: false,
                 subscribed: false,
@@ -224,6 +232,8 @@ impl EventLoop {
             live: 0,
             limit,
             fetch_in_flight: false,
+            fetch_sent: Instant::now(),
+            fetch_rtt: None,
             fetch_retry_at: None,
             fetch_backoff: Duration::from_millis(50),
             settles: Vec::new(),
@@ -353,6 +363,10 @@ impl EventLoop {
         consider(self.next_due);
         if !self.fetch_in_flight {
             consider(self.fetch_retry_at);
+            let hold = self.top_up_hold();
+            for q in &self.queues {
+                consider(q.top_up_since.map(|since| since + hold));
+            }
         }
         if self.leases_on
             && self.cfg.lease_renewal
@@ -664,6 +678,36 @@ impl EventLoop {
         policy.min(room).min(q.opts.max_batch)
     }
 
+    /// Whether a fetch of `want` for `q` would be a top-up worth holding back: part of the
+    /// window is free while the rest is still held. Claiming each freed slot at once makes
+    /// fetches alternate between nearly the whole window and one job (50 1 49 1 …), which
+    /// doubles the round trips per job. So a broker with a round trip waits up to one fetch
+    /// round trip for the rest of the window to free up (short jobs free it all within
+    /// that time; a slot of a long job idles at most one round trip more), and an
+    /// in-process broker waits until half the window is free. `Prefetch::Auto` sizes
+    /// fetches by its own rule; batch and `pop_ahead` queues keep theirs; a pushed broker's
+    /// fetch only takes what already arrived.
+    fn top_up(&self, q: &QState, want: usize) -> bool {
+        if self.pushed || q.sizer.is_some() || q.opts.batch.is_some() || q.opts.pop_ahead {
+            return false;
+        }
+        let full = self.window(q).min(q.opts.max_batch);
+        let held = q.buffer.len() + q.in_handoffs;
+        if self.in_process {
+            held > 0 && want < full.div_ceil(2)
+        } else {
+            held > 0 && want < full
+        }
+    }
+
+    /// How long a top-up is held back: one fetch round trip, at most 50 ms; nothing until
+    /// a fetch was timed.
+    fn top_up_hold(&self) -> Duration {
+        self.fetch_rtt
+            .unwrap_or(Duration::ZERO)
+            .min(Duration::from_millis(50))
+    }
+
     fn maybe_fetch(&mut self, now: Instant) {
         if self.fetch_in_flight
             || self.stopping.is_some()
@@ -672,13 +716,34 @@ impl EventLoop {
             return;
         }
         self.fetch_retry_at = None;
-        let asked: Vec<(usize, usize)> = (0..self.queues.len())
-            .map(|i| (i, self.fetch_want(&self.queues[i])))
-            .filter(|&(_, n)| n > 0)
-            .collect();
+        let hold = self.top_up_hold();
+        let mut asked: Vec<(usize, usize)> = Vec::with_capacity(self.queues.len());
+        for i in 0..self.queues.len() {
+            let want = self.fetch_want(&self.queues[i]);
+            let top_up = want > 0 && self.top_up(&self.queues[i], want);
+            let q = &mut self.queues[i];
+            if !top_up {
+                q.top_up_since = None;
+                if want > 0 {
+                    asked.push((i, want));
+                }
+                continue;
+            }
+            if self.in_process {
+                // Fetching is free, so there is no round trip to wait out; but a sliver of
+                // the window per fetch would cost a pass of the loop per few jobs.
+                continue;
+            }
+            let since = *q.top_up_since.get_or_insert(now);
+            if now >= since + hold {
+                q.top_up_since = None;
+                asked.push((i, want));
+            }
+        }
         if asked.is_empty() {
             return;
         }
+        self.fetch_sent = now;
         if let Some(w) = self.wake.as_mut() {
             // Anything enqueued from here on wakes a queue this fetch may find drained.
             w.borrow_and_update();
@@ -839,6 +904,11 @@ impl EventLoop {
         st: &mut WorkerStats,
     ) {
         self.fetch_in_flight = false;
+        let rtt = self.fetch_sent.elapsed();
+        self.fetch_rtt = Some(match self.fetch_rtt {
+            None => rtt,
+            Some(avg) => avg.mul_f64(0.7) + rtt.mul_f64(0.3),
+        });
         let fetched = match result {
             Ok(f) => {
                 self.fetch_backoff = Duration::from_millis(50);
