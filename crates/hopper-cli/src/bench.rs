@@ -5,7 +5,11 @@
 //! - **Raw baselines** run in this process. For a broker that is one task calling the
 //!   broker's own `fetch` and then `settle` (acks) in a loop: the same driver, the same
 //!   statements and the same connections Hopper uses, with no worker runtime around them.
-//!   For the memory broker it is a tokio mpsc channel, one producer and one consumer.
+//!   For the memory broker it is a tokio mpsc channel, one producer and one consumer. For
+//!   RabbitMQ it is a plain lapin consumer with the same window, run twice: acking each
+//!   delivery, and with grouped acks (`multiple`, whenever half the window awaits its
+//!   ack, which is how Hopper acks on a pushed broker); the ratio is against the grouped
+//!   run, the same ack mode.
 //! - **Hopper** runs as a child process, `hopper load --json`, so that the peak RSS it
 //!   reports is its own, not this process's.
 //! - **Idle latency** runs in this process: a worker at concurrency 1 waits on an empty
@@ -30,16 +34,22 @@ use crate::report::percentile;
 /// Jobs per enqueue call when filling a raw baseline's backlog.
 const ENQUEUE_CHUNK: usize = 1000;
 
+/// What `--only` accepts.
+const WORKLOADS: [&str; 7] = [
+    "memory", "sqlite", "postgres", "mysql", "amqp", "latency", "rss",
+];
+
 /// Samples of the idle latency.
 const LATENCY_SAMPLES: usize = 200;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Workloads to run, comma-separated: memory, sqlite, postgres, mysql, latency, rss.
+    /// Workloads to run, comma-separated: memory, sqlite, postgres, mysql, amqp, latency,
+    /// rss.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "memory,sqlite,postgres,mysql,latency,rss"
+        default_value = "memory,sqlite,postgres,mysql,amqp,latency,rss"
     )]
     only: Vec<String>,
     /// The PostgreSQL server; each run uses a scratch schema of its own.
@@ -48,6 +58,9 @@ pub struct BenchArgs {
     /// The MySQL / MariaDB server; each run uses a scratch database of its own.
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306/test")]
     mysql: String,
+    /// The RabbitMQ server; each run uses queues of its own, deleted afterwards.
+    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    amqp: String,
     /// Multiplies every job count (0.1 for a quick look; figures need the default).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
@@ -92,13 +105,8 @@ struct LoadLatency {
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode> {
     for w in &args.only {
-        if !["memory", "sqlite", "postgres", "mysql", "latency", "rss"].contains(&w.as_str()) {
-            return Err(hopper::ConfigError::new(
-                "--only",
-                w,
-                "memory, sqlite, postgres, mysql, latency, rss",
-            )
-            .into());
+        if !WORKLOADS.contains(&w.as_str()) {
+            return Err(hopper::ConfigError::new("--only", w, WORKLOADS.join(", ")).into());
         }
     }
     if !(args.scale > 0.0 && args.scale <= 10.0) {
@@ -186,6 +194,12 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
             row.raw_per_s = Some(raw);
             row.note = format!("raw: broker fetch+settle loop; enqueue {enqueue:.0}/s");
             rows.push(finish(row));
+        }
+    }
+    if wants("amqp") {
+        let jobs = n(20_000);
+        for window in [1u16, 10, 100, 1000] {
+            rows.push(amqp_row(&args.amqp, jobs, window).await?);
         }
     }
     if wants("latency") {
@@ -299,6 +313,133 @@ async fn raw_broker_loop(url: &str, jobs: usize, batch: usize) -> Result<f64> {
     Ok(rate)
 }
 
+/// RabbitMQ at one window: raw lapin acking each, raw lapin with grouped acks, then
+/// `hopper load` at concurrency 50 with prefetch `window`, each draining `jobs` published
+/// by Hopper's own (confirmed) enqueue.
+async fn amqp_row(url: &str, jobs: usize, window: u16) -> Result<Row> {
+    let queue = format!("hopper_bench_{}_{window}", std::process::id());
+    let declared = with_declare(url);
+    let admin = hopper::connect(&declared).await?;
+    let mut rates = [0.0; 2];
+    for (i, grouped) in [false, true].into_iter().enumerate() {
+        admin.purge(&queue).await?;
+        fill(&admin, &queue, jobs).await?;
+        rates[i] = raw_lapin(url, &queue, jobs, window, grouped).await?;
+    }
+    admin.purge(&queue).await?;
+    let window_arg = window.to_string();
+    let (mut row, _) = hopper_load_with(
+        &declared,
+        jobs,
+        50,
+        hopper::worker::DEFAULT_MAX_BATCH,
+        &format!("amqp consume, window {window}"),
+        &["--prefetch", &window_arg, "--queues", &queue],
+    )
+    .await?;
+    let [each, grouped] = rates;
+    row.raw_per_s = Some(grouped);
+    row.note = format!(
+        "raw: lapin, grouped acks; acking each {each:.0}/s (Hopper/that {:.2})",
+        row.hopper_per_s.unwrap_or(0.0) / each
+    );
+    drop(admin);
+    let _ = delete_queue(url, &queue).await;
+    Ok(finish(row))
+}
+
+/// `url` asking Hopper to declare the queues it uses.
+fn with_declare(url: &str) -> String {
+    if url.contains("declare=") {
+        url.to_owned()
+    } else if url.contains('?') {
+        format!("{url}&declare=true")
+    } else {
+        format!("{url}?declare=true")
+    }
+}
+
+async fn fill(broker: &std::sync::Arc<dyn hopper::Broker>, queue: &str, jobs: usize) -> Result<()> {
+    let mut left = jobs;
+    while left > 0 {
+        let k = left.min(ENQUEUE_CHUNK);
+        let chunk = (0..k)
+            .map(|i| NewJob::json(queue, &(i, 0u64)))
+            .collect::<Result<Vec<_>>>()?;
+        broker.enqueue(chunk).await?;
+        left -= k;
+    }
+    Ok(())
+}
+
+/// A plain lapin consumer: `basic.qos(window)`, decode each payload as a handler would,
+/// and ack it, each on its own or grouped with `multiple` once half the window waits.
+async fn raw_lapin(url: &str, queue: &str, jobs: usize, window: u16, grouped: bool) -> Result<f64> {
+    use futures_util::StreamExt;
+    use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+    let amqp = |what: &'static str| move |e: lapin::Error| Error::broker(what, e);
+    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+        .await
+        .map_err(amqp("connecting to RabbitMQ"))?;
+    let ch = conn
+        .create_channel()
+        .await
+        .map_err(amqp("opening a channel"))?;
+    ch.basic_qos(window, BasicQosOptions::default())
+        .await
+        .map_err(amqp("basic.qos"))?;
+    let started = Instant::now();
+    let mut consumer = ch
+        .basic_consume(
+            queue.into(),
+            "hopper-bench-raw".into(),
+            BasicConsumeOptions::default(),
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .map_err(amqp("basic.consume"))?;
+    let group = if grouped { (window / 2).max(1) } else { 1 };
+    let (mut n, mut waiting) = (0, 0u16);
+    while let Some(delivery) = consumer.next().await {
+        let delivery = delivery.map_err(amqp("receiving"))?;
+        let _: (usize, u64) = serde_json::from_slice(&delivery.data)
+            .map_err(|e| Error::broker_msg(format!("a bench payload did not decode: {e}")))?;
+        n += 1;
+        waiting += 1;
+        if waiting >= group || n == jobs {
+            delivery
+                .ack(BasicAckOptions { multiple: grouped })
+                .await
+                .map_err(amqp("basic.ack"))?;
+            waiting = 0;
+        }
+        if n == jobs {
+            break;
+        }
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    let _ = conn.close(200, "done".into()).await;
+    Ok(rate)
+}
+
+async fn delete_queue(url: &str, queue: &str) -> Result<()> {
+    use lapin::options::QueueDeleteOptions;
+    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+        .await
+        .map_err(|e| Error::broker("connecting to RabbitMQ", e))?;
+    let ch = conn
+        .create_channel()
+        .await
+        .map_err(|e| Error::broker("opening a channel", e))?;
+    for q in [queue.to_owned(), format!("{queue}.dead")] {
+        let _ = ch
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    let _ = conn.close(200, "done".into()).await;
+    Ok(())
+}
+
 /// Runs `hopper load --json` in a child process, after migrating the broker's schema;
 /// returns its row and its enqueue rate.
 async fn hopper_load(
@@ -308,10 +449,31 @@ async fn hopper_load(
     max_batch: usize,
     workload: &str,
 ) -> Result<(Row, f64)> {
+    hopper_load_with(
+        url,
+        jobs,
+        concurrency,
+        max_batch,
+        workload,
+        &["--prefetch", "slots"],
+    )
+    .await
+}
+
+/// [`hopper_load`] with other `hopper load` arguments in place of `--prefetch slots`.
+async fn hopper_load_with(
+    url: &str,
+    jobs: usize,
+    concurrency: usize,
+    max_batch: usize,
+    workload: &str,
+    extra: &[&str],
+) -> Result<(Row, f64)> {
     hopper::migrate(url).await?;
     let exe = std::env::current_exe().map_err(|e| Error::broker_msg(e.to_string()))?;
     let output = std::process::Command::new(exe)
-        .args(["--broker", url, "load", "--json", "--prefetch", "slots"])
+        .args(["--broker", url, "load", "--json"])
+        .args(extra)
         .args(["--jobs", &jobs.to_string()])
         .args(["--concurrency", &concurrency.to_string()])
         .args(["--max-batch", &max_batch.to_string()])
