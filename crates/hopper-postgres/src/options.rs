@@ -14,7 +14,8 @@ pub struct PgOptions {
     /// The schema holding Hopper's tables, so several applications can share a database.
     /// Lowercase letters, digits and `_`, starting with a letter or `_`, at most 63.
     pub schema: String,
-    /// Dedicated connections a broker holds (1..=64, default 4).
+    /// Dedicated connections a broker holds for enqueues, settlements and the rest
+    /// (1..=64, default 4). Besides them it holds two for claims and one that listens.
     pub connections: usize,
     /// `None` (the default): every time comes from the database clock. `Some`: times are
     /// read from this clock and sent as parameters, which tests use to run on tokio's
