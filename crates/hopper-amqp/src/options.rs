@@ -62,6 +62,11 @@ pub struct QueueSettings {
     pub dead_letter_exchange: Option<String>,
     /// The routing key of those copies; default: the queue's name.
     pub dead_letter_routing_key: Option<String>,
+    /// Quorum queues Hopper declares: the server's `x-delivery-limit`, the most times the
+    /// server hands one message out before it dead-letters it itself. The backstop for a
+    /// job that kills its worker before the worker can count the attempt. `None`: Hopper's
+    /// default max attempts, 25. Ignored for classic queues, which have no such limit.
+    pub delivery_limit: Option<u32>,
 }
 
 impl QueueSettings {
@@ -85,6 +90,12 @@ impl QueueSettings {
     /// The routing key of dead letters.
     pub fn dead_letter_routing_key(mut self, key: impl Into<String>) -> Self {
         self.dead_letter_routing_key = Some(key.into());
+        self
+    }
+
+    /// Sets [`delivery_limit`](Self::delivery_limit).
+    pub fn delivery_limit(mut self, limit: u32) -> Self {
+        self.delivery_limit = Some(limit);
         self
     }
 }

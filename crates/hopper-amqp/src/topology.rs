@@ -141,6 +141,15 @@ impl Topology {
                 args.insert("x-dead-letter-routing-key".into(), long(&dead_queue(queue)));
             }
         }
+        if kind == QueueKind::Quorum {
+            let limit = settings
+                .delivery_limit
+                .unwrap_or(hopper_core::job::DEFAULT_MAX_ATTEMPTS);
+            args.insert(
+                "x-delivery-limit".into(),
+                AMQPValue::LongLongInt(i64::from(limit)),
+            );
+        }
         // A dead-letter queue has no dead-letter target of its own.
         dead_args.insert("x-queue-type".into(), long(&kind.to_string()));
         if settings.dead_letter_exchange.is_none() {

@@ -70,7 +70,11 @@ impl Setup {
 /// A broker on `options` (topology declared unless the options say otherwise) and a
 /// fresh queue, declared by the first enqueue or subscription.
 pub async fn setup_with(prefix: &str, options: AmqpOptions) -> Setup {
-    let queue = unique_name(prefix);
+    setup_with_queue(unique_name(prefix), options).await
+}
+
+/// [`setup_with`] on a queue named already (for options that name it).
+pub async fn setup_with_queue(queue: String, options: AmqpOptions) -> Setup {
     let cleanup = Cleanup::for_queue(&queue);
     let broker = AmqpBroker::connect_with(&url(), options)
         .await
