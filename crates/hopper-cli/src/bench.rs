@@ -122,7 +122,9 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
     if wants("memory") {
         let jobs = n(1_000_000);
         let raw = raw_mpsc(jobs).await;
-        let (mut row, _) = hopper_load("memory://", jobs, 8, 50, "memory drain, c=8").await?;
+        // The memory broker's own default window (concurrency × 32), not `slots`.
+        let (mut row, _) =
+            hopper_load_with("memory://", jobs, 8, 50, "memory drain, c=8", &[]).await?;
         row.raw_per_s = Some(raw);
         row.note = "raw: tokio mpsc, 1 producer 1 consumer".into();
         rows.push(finish(row));
