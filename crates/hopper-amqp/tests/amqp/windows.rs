@@ -243,3 +243,45 @@ async fn a_zero_window_is_refused_naming_the_setting() {
         .unwrap_err();
     assert!(err.is_config(), "{err:?}");
 }
+
+/// `Prefetch::Auto` re-sends `basic.qos` as the rule sizes it, and the server applies it:
+/// with one handler at a time the worker comes to hold more than one delivery, which the
+/// server pushes only under a window above 1, and never more than the windows sent allow.
+/// On a quiet machine the windows go 1 2 4 8 16 (the demo checks that); a loaded one
+/// stretches job times and the rule keeps the window smaller, so this test asserts the
+/// rule's bounds rather than the exact sequence.
+#[tokio::test]
+async fn auto_resends_the_window_and_the_server_applies_it() {
+    let s = setup("win_auto").await;
+    enqueue_n(&s.broker, &s.queue, 300).await;
+    let worker = Worker::builder(s.dyn_broker())
+        .queue(
+            &s.queue,
+            QueueOptions::new().concurrency(1).prefetch(Prefetch::Auto),
+            |_job: JobContext<u64>| async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    wait_for(&worker, 120, "300 jobs", |st| st.completed == 300).await;
+    let stats = worker.shutdown().await;
+    let q = &stats.queues[&s.queue];
+    let sent = q.windows.clone();
+    assert_eq!(sent.first(), Some(&1), "windows sent: {sent:?}");
+    assert!(
+        sent.windows(2).all(|w| w[1] <= 2 * w[0]) && sent.iter().all(|&n| n <= 16),
+        "no window more than twice the one before or above 16: {sent:?}"
+    );
+    let largest = sent.iter().copied().max().unwrap_or(1) as usize;
+    assert!(largest >= 2, "the window never grew: {sent:?}");
+    // Just after a re-window the old consumer's deliveries are still held beside the new
+    // window's, so at most two windows' worth.
+    assert!(
+        (2..=2 * largest).contains(&q.peak_held),
+        "held at most {} with windows {sent:?}",
+        q.peak_held
+    );
+    assert_eq!(stats.completed, 300);
+}
