@@ -94,12 +94,18 @@ struct Tally {
 }
 
 impl Tally {
-    fn record(&self, index: usize, enqueued_us: u64) {
+    /// A job started: its enqueue-to-start latency.
+    fn started(&self, enqueued_us: u64) {
         let now_us = micros_now();
         let lat = now_us.saturating_sub(enqueued_us).min(u32::MAX as u64) as u32;
         if let Ok(mut l) = self.latencies_us.lock() {
             l.push(lat);
         }
+    }
+
+    /// A job's work is done: the drain ends when every job finished, not started, so that
+    /// `--job-ms` jobs are all run before the workers stop.
+    fn finished(&self, index: usize) {
         let Some(seen) = self.seen.get(index) else {
             return;
         };
@@ -278,11 +284,13 @@ fn build_worker(broker: Arc<dyn Broker>, args: &LoadArgs, tally: Arc<Tally>) -> 
         let tally = tally.clone();
         builder = match args.batch {
             None => builder.queue(q, opts.clone(), move |job: JobContext<(usize, u64)>| {
-                tally.record(job.payload.0, job.payload.1);
+                tally.started(job.payload.1);
+                let tally = tally.clone();
                 async move {
                     if job_ms > 0 {
                         tokio::time::sleep(Duration::from_millis(job_ms)).await;
                     }
+                    tally.finished(job.payload.0);
                     Ok(())
                 }
             }),
@@ -292,11 +300,15 @@ fn build_worker(broker: Arc<dyn Broker>, args: &LoadArgs, tally: Arc<Tally>) -> 
                     .batch(size, Duration::from_millis(args.batch_wait)),
                 move |jobs: Vec<JobContext<(usize, u64)>>| {
                     for job in &jobs {
-                        tally.record(job.payload.0, job.payload.1);
+                        tally.started(job.payload.1);
                     }
+                    let tally = tally.clone();
                     async move {
                         if job_ms > 0 {
                             tokio::time::sleep(Duration::from_millis(job_ms)).await;
+                        }
+                        for job in &jobs {
+                            tally.finished(job.payload.0);
                         }
                         jobs.iter().map(|_| JobResult::Ok(())).collect()
                     }

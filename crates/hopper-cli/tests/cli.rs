@@ -43,6 +43,30 @@ fn sizes(report: &serde_json::Value) -> Vec<u64> {
         .collect()
 }
 
+/// The drain ends when every job's work is done, not when the last one started: 20 jobs
+/// of 300 ms at concurrency 10 are two rounds, so the drain cannot be shorter than 600 ms
+/// (a lower bound the sleeps guarantee, not a speed claim), and none is handed back
+/// unfinished at the end.
+#[test]
+fn load_waits_for_every_job_to_finish() {
+    let r = load_json(&[
+        "load",
+        "--broker",
+        "memory://",
+        "--jobs",
+        "20",
+        "--job-ms",
+        "300",
+        "--concurrency",
+        "10",
+        "--json",
+    ]);
+    assert_eq!(r["completed"], 20);
+    assert_eq!(r["lost"], 0);
+    let drain = r["drain_s"].as_f64().unwrap();
+    assert!(drain >= 0.6, "drained in {drain} s");
+}
+
 #[test]
 fn load_on_memory_runs_every_job_once() {
     let r = load_json(&[
