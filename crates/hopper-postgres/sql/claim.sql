@@ -1,4 +1,31 @@
+-- One fetch, one statement: the claim itself, and with it what an idle worker would
+-- otherwise ask in statements of their own, so a backstop poll costs one round trip.
+--
+-- `reaped` (only when $6, at most once a second per broker): jobs of expired leases go
+-- back to pending, or to the dead letters on their final attempt. It touches leased rows
+-- and the claim pending ones, so the two never update the same row; a job reaped here is
+-- claimed by the next fetch (the broker wakes its workers for it).
+--
+-- The result is the claimed jobs (kind 0), then one row of kind 1 carrying the earliest
+-- run_at of a delayed job when fewer than $7 jobs were claimed, then one row of kind 2
+-- carrying how many jobs the reaper returned to pending, when there were any.
 WITH now AS (SELECT coalesce($3::bigint, {schema}.hopper_now_ms()) AS ms),
+reaped AS (
+    UPDATE {schema}.hopper_jobs AS t
+    SET state = CASE WHEN t.attempt >= t.max_attempts THEN 3 ELSE 0 END,
+        last_error = CASE WHEN t.attempt >= t.max_attempts
+                          THEN 'lease expired on the final attempt' ELSE t.last_error END,
+        finished_at = CASE WHEN t.attempt >= t.max_attempts THEN now.ms END,
+        lease_id = NULL,
+        lease_expires = NULL
+    FROM (
+        SELECT id FROM {schema}.hopper_jobs
+        WHERE $6::bool AND state = 1 AND lease_expires <= (SELECT ms FROM now)
+        FOR UPDATE SKIP LOCKED
+    ) AS expired, now
+    WHERE t.id = expired.id
+    RETURNING t.state
+),
 picked AS MATERIALIZED (
     SELECT j.id
     FROM unnest($1::text[], $2::int[]) AS b(queue, n)
@@ -9,14 +36,29 @@ picked AS MATERIALIZED (
         LIMIT b.n
         FOR UPDATE SKIP LOCKED
     ) AS j
+),
+claimed AS (
+    UPDATE {schema}.hopper_jobs AS t
+    SET state = 1,
+        lease_id = $4,
+        lease_expires = now.ms + $5,
+        started_at = now.ms,
+        attempt = t.attempt + 1
+    FROM picked, now
+    WHERE t.id = picked.id
+    RETURNING t.id, t.queue, t.payload, t.priority, t.run_at, t.attempt, t.max_attempts,
+              t.headers::text AS headers, t.created_at
 )
-UPDATE {schema}.hopper_jobs AS t
-SET state = 1,
-    lease_id = $4,
-    lease_expires = now.ms + $5,
-    started_at = now.ms,
-    attempt = t.attempt + 1
-FROM picked, now
-WHERE t.id = picked.id
-RETURNING t.id, t.queue, t.payload, t.priority, t.run_at, t.attempt, t.max_attempts,
-          t.headers::text, t.created_at
+SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
+       0::smallint AS kind, NULL::bigint AS extra
+FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1::smallint,
+       (SELECT min(run_at) FROM {schema}.hopper_jobs
+        WHERE state = 0 AND queue = ANY($1::text[]) AND run_at > (SELECT ms FROM now))
+WHERE (SELECT count(*) FROM claimed) < $7::int
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2::smallint, count(*)
+FROM reaped
+WHERE reaped.state = 0
+HAVING count(*) > 0

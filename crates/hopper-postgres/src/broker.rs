@@ -16,7 +16,7 @@ use sqlx::postgres::{PgConnection, PgRow};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::conn::Connections;
+use crate::conn::{Connections, Held};
 use crate::migrate::{check_version, version};
 use crate::options::PgOptions;
 use crate::sql::Sql;
@@ -194,25 +194,20 @@ impl PgBroker {
         Ok(a)
     }
 
-    /// Runs the reaper and the pruning of completed jobs when they are due.
-    async fn housekeeping(&self, conn: &mut PgConnection, now_hint: Millis) -> Result<()> {
+    /// Whether this fetch runs the reaper: at most once a second per broker (the claim
+    /// statement carries it, see claim.sql).
+    fn reap_due(&self, now_hint: Millis) -> bool {
         let last = self.inner.last_reap.load(Ordering::Relaxed);
-        if now_hint.saturating_sub(last) >= REAP_EVERY_MS
+        now_hint.saturating_sub(last) >= REAP_EVERY_MS
             && self
                 .inner
                 .last_reap
                 .compare_exchange(last, now_hint, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
-        {
-            let states: Vec<i16> = sqlx::query_scalar(&self.inner.sql.reap)
-                .bind(self.now())
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(db_err("returning jobs of expired leases"))?;
-            if states.contains(&0) {
-                self.bump();
-            }
-        }
+    }
+
+    /// Prunes completed jobs past their retention, when that is due.
+    async fn prune(&self, conn: &mut PgConnection, now_hint: Millis) -> Result<()> {
         if let Some(keep) = self.inner.options.keep_completed {
             let last = self.inner.last_prune.load(Ordering::Relaxed);
             if now_hint.saturating_sub(last) >= PRUNE_EVERY_MS
@@ -261,6 +256,52 @@ impl EnqueueArrays {
 
 /// Decodes the job columns every job-returning statement selects first, in this order:
 /// id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at.
+/// Runs claim.sql once: the jobs claimed under `lease`, the next due time when fewer than
+/// asked were claimed, and whether the reaper (run when `reap`) returned jobs to pending.
+#[allow(clippy::too_many_arguments)]
+async fn claim(
+    sql: &str,
+    held: &mut Held<'_>,
+    queues: &[String],
+    limits: &[i32],
+    now: Option<Millis>,
+    lease: LeaseId,
+    ttl_ms: i64,
+    reap: bool,
+) -> Result<(Vec<Job>, Option<Millis>, bool)> {
+    let asked: i64 = limits.iter().map(|&n| i64::from(n)).sum();
+    let rows = sqlx::query(sql)
+        .bind(queues)
+        .bind(limits)
+        .bind(now)
+        .bind(lease.0)
+        .bind(ttl_ms)
+        .bind(reap)
+        .bind(asked.min(i64::from(i32::MAX)) as i32)
+        .fetch_all(held.conn())
+        .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => {
+            held.check(&e);
+            return Err(Error::broker("claiming jobs", e));
+        }
+    };
+    // Kind 0 is a claimed job, 1 the next due time, 2 how many jobs the reaper returned.
+    let mut jobs = Vec::with_capacity(rows.len());
+    let (mut next_due, mut reaped) = (None, false);
+    for row in &rows {
+        let kind: i16 = row.try_get(9).map_err(db_err("decoding claimed jobs"))?;
+        let extra: Option<i64> = row.try_get(10).map_err(db_err("decoding claimed jobs"))?;
+        match kind {
+            0 => jobs.push(job_from_row(row, lease).map_err(db_err("decoding claimed jobs"))?),
+            1 => next_due = extra,
+            _ => reaped = true,
+        }
+    }
+    Ok((jobs, next_due, reaped))
+}
+
 fn job_from_row(row: &PgRow, lease: LeaseId) -> Result<Job, sqlx::Error> {
     let headers: Option<String> = row.try_get(7)?;
     let headers =
@@ -363,37 +404,49 @@ impl Broker for PgBroker {
             });
         }
         let mut held = self.inner.claims.get().await?;
-        self.housekeeping(held.conn(), now_hint).await?;
-        let rows = sqlx::query(&self.inner.sql.claim)
-            .bind(&queues)
-            .bind(&limits)
-            .bind(now)
-            .bind(lease.0)
-            .bind(request.lease_ttl.as_millis() as i64)
-            .fetch_all(held.conn())
-            .await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(e) => {
-                held.check(&e);
-                return Err(Error::broker("claiming jobs", e));
+        self.prune(held.conn(), now_hint).await?;
+        let ttl = request.lease_ttl.as_millis() as i64;
+        let reap = self.reap_due(now_hint);
+        let (mut jobs, mut next_due, reaped) = claim(
+            &self.inner.sql.claim,
+            &mut held,
+            &queues,
+            &limits,
+            now,
+            lease,
+            ttl,
+            reap,
+        )
+        .await?;
+        if reaped {
+            self.bump();
+            let asked: i64 = limits.iter().map(|&n| i64::from(n)).sum();
+            if (jobs.len() as i64) < asked {
+                // Jobs the reaper returned are invisible to the claim of the same
+                // statement: claim again for what is left of each budget.
+                let left: Vec<i32> = queues
+                    .iter()
+                    .zip(&limits)
+                    .map(|(q, &n)| {
+                        (n - jobs.iter().filter(|j| &j.queue == q).count() as i32).max(0)
+                    })
+                    .collect();
+                let (more, due, _) = claim(
+                    &self.inner.sql.claim,
+                    &mut held,
+                    &queues,
+                    &left,
+                    now,
+                    lease,
+                    ttl,
+                    false,
+                )
+                .await?;
+                jobs.extend(more);
+                next_due = due;
             }
-        };
-        let mut jobs = rows
-            .iter()
-            .map(|r| job_from_row(r, lease))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(db_err("decoding claimed jobs"))?;
-        jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.run_at, j.id));
-        let mut next_due = None;
-        if jobs.len() < request.total() {
-            next_due = sqlx::query_scalar::<_, Option<i64>>(&self.inner.sql.next_due)
-                .bind(&queues)
-                .bind(now)
-                .fetch_one(held.conn())
-                .await
-                .map_err(db_err("finding the next due job"))?;
         }
+        jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.run_at, j.id));
         Ok(Fetched {
             lease,
             jobs,

@@ -23,8 +23,6 @@ macro_rules! statements {
 statements!(
     enqueue,
     claim,
-    next_due,
-    reap,
     settle,
     renew,
     cancel,
