@@ -24,6 +24,8 @@ use crate::prefetch::{AUTO_CEILING, AutoSizer, Prefetch};
 
 /// Hand-offs are sized to arrive about this far apart (DESIGN.md §7).
 const HANDOFF_SPACING: Duration = Duration::from_micros(32);
+/// How long the loop sleeps at most when nothing is due.
+const IDLE_HORIZON: Duration = Duration::from_secs(3600);
 
 pub(crate) enum Event {
     Command(Command),
@@ -209,6 +211,7 @@ impl EventLoop {
             .max_concurrency
             .unwrap_or_else(|| queues.iter().map(|q| q.opts.concurrency).sum());
         let ctx = Arc::new(PoolContext {
+            timed: queues.iter().map(|q| q.sizer.is_some()).collect(),
             handlers,
             retry: cfg.retry,
             events: events.clone(),
@@ -256,16 +259,30 @@ impl EventLoop {
     pub(crate) async fn run(mut self) {
         self.warn_capped_batches();
         self.spawn_task();
+        // One timer for the whole loop, moved only when the deadline moves: registering a
+        // fresh one on every pass costs a timer-wheel lock and a clock read per event.
+        let mut idle_until = Instant::now() + IDLE_HORIZON;
+        let timer = sleep_until(idle_until);
+        tokio::pin!(timer);
         loop {
-            {
+            let now = {
                 let stats = self.stats.clone();
                 let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
-                self.step(&mut st);
+                let now = self.step(&mut st);
                 if self.finished() {
                     break;
                 }
+                now
+            };
+            // With nothing due, the loop still wakes within an hour; that horizon moves
+            // forward once a second at most rather than on every pass.
+            if idle_until < now + IDLE_HORIZON - Duration::from_secs(1) {
+                idle_until = now + IDLE_HORIZON;
             }
-            let deadline = self.next_deadline();
+            let deadline = self.next_deadline(idle_until);
+            if timer.deadline() != deadline {
+                timer.as_mut().reset(deadline);
+            }
             let wake_wanted = self.queues.iter().any(|q| q.drained);
             let woke = {
                 let rx = &mut self.rx;
@@ -273,7 +290,7 @@ impl EventLoop {
                 tokio::select! {
                     biased;
                     ev = rx.recv() => Woke::Event(ev),
-                    _ = sleep_until(deadline) => Woke::Timer,
+                    _ = &mut timer => Woke::Timer,
                     changed = async { wake.as_mut().expect("checked").changed().await },
                         if wake_wanted && wake.is_some() =>
                     {
@@ -337,8 +354,8 @@ impl EventLoop {
         self.next_due = None;
     }
 
-    fn next_deadline(&self) -> Instant {
-        let mut at = Instant::now() + Duration::from_secs(3600);
+    fn next_deadline(&self, idle_until: Instant) -> Instant {
+        let mut at = idle_until;
         let mut consider = |t: Option<Instant>| {
             if let Some(t) = t {
                 at = at.min(t);
@@ -386,7 +403,8 @@ impl EventLoop {
 
     // ---- one pass: timers, hand-offs, fetch, settlements, renewals, pool size ----
 
-    fn step(&mut self, st: &mut WorkerStats) {
+    /// Returns the time the pass started.
+    fn step(&mut self, st: &mut WorkerStats) -> Instant {
         let now = Instant::now();
         if self.next_poll.is_some_and(|t| t <= now) || self.next_due.is_some_and(|t| t <= now) {
             self.undrain();
@@ -420,6 +438,7 @@ impl EventLoop {
         st.pool_tasks = self.live;
         st.idle_tasks = self.idle.len();
         st.peak_pool_tasks = st.peak_pool_tasks.max(self.live);
+        now
     }
 
     fn window(&self, q: &QState) -> usize {
@@ -924,7 +943,7 @@ impl EventLoop {
         let now = Instant::now();
         let mut got = vec![0usize; self.queues.len()];
         for job in &fetched.jobs {
-            if let Some(&qi) = self.by_name.get(&job.queue) {
+            if let Some(qi) = self.queue_of(&job.queue) {
                 got[qi] += 1;
             }
         }
@@ -937,10 +956,7 @@ impl EventLoop {
                 q.drained = true;
             }
             if got[qi] > 0 {
-                push_size(
-                    &mut st.queues.entry(q.name.clone()).or_default().fetch_sizes,
-                    got[qi],
-                );
+                push_size(&mut queue_stats(st, &q.name).fetch_sizes, got[qi]);
             }
         }
         if let Some(due) = fetched.next_due {
@@ -962,7 +978,7 @@ impl EventLoop {
             self.leases.insert(fetched.lease, fetched.jobs.len());
         }
         for job in fetched.jobs {
-            let Some(&qi) = self.by_name.get(&job.queue) else {
+            let Some(qi) = self.queue_of(&job.queue) else {
                 tracing::warn!(queue = %job.queue, id = %job.id, "fetch returned a job of a queue not asked for; releasing it");
                 self.settle(job.id, job.lease, Outcome::Release, st);
                 continue;
@@ -985,7 +1001,7 @@ impl EventLoop {
         }
         for q in &self.queues {
             let held = q.buffer.len() + q.in_handoffs;
-            let qs = st.queues.entry(q.name.clone()).or_default();
+            let qs = queue_stats(st, &q.name);
             qs.peak_held = qs.peak_held.max(held);
         }
     }
@@ -1030,22 +1046,32 @@ impl EventLoop {
         let q = &mut self.queues[qi];
         q.busy -= 1;
         q.in_handoffs -= done.len();
+        let mut acked = 0;
         for d in done {
             let q = &mut self.queues[qi];
             if let Some(sizer) = q.sizer.as_mut() {
                 sizer.record(d.took);
             }
             match &d.outcome {
-                Outcome::Ack => {
-                    st.completed += 1;
-                    st.queues.entry(q.name.clone()).or_default().completed += 1;
-                }
+                Outcome::Ack => acked += 1,
                 Outcome::Retry { .. } => st.retried += 1,
                 Outcome::DeadLetter { .. } => st.dead += 1,
                 Outcome::Release => st.released += 1,
                 Outcome::Cancel => st.cancelled += 1,
             }
             self.settle_counted(d.id, d.lease, d.outcome, Some(qi));
+        }
+        if acked > 0 {
+            st.completed += acked;
+            queue_stats(st, &self.queues[qi].name).completed += acked;
+        }
+    }
+
+    /// The index of the queue named `name`, if this worker works it.
+    fn queue_of(&self, name: &str) -> Option<usize> {
+        match self.queues.as_slice() {
+            [only] => (only.name == name).then_some(0),
+            _ => self.by_name.get(name).copied(),
         }
     }
 
@@ -1259,6 +1285,14 @@ impl EventLoop {
             }
         }
     }
+}
+
+/// The figures of queue `name`, created on first use; the name is copied only then.
+fn queue_stats<'a>(st: &'a mut WorkerStats, name: &str) -> &'a mut QueueStats {
+    if !st.queues.contains_key(name) {
+        st.queues.insert(name.to_owned(), QueueStats::default());
+    }
+    st.queues.get_mut(name).expect("inserted above")
 }
 
 impl std::fmt::Debug for EventLoop {

@@ -101,12 +101,16 @@ pub(crate) struct Done {
     pub(crate) id: JobId,
     pub(crate) lease: LeaseId,
     pub(crate) outcome: Outcome,
-    /// From hand-off (or the previous job's end) to this job's end.
+    /// From hand-off (or the previous job's end) to this job's end; zero when the queue
+    /// does not time its jobs ([`PoolContext::timed`]).
     pub(crate) took: Duration,
 }
 
 pub(crate) struct PoolContext {
     pub(crate) handlers: Vec<QueueHandler>,
+    /// Per queue: whether each job is timed (`Done::took`); only the Auto rule reads it,
+    /// so other queues skip a clock read per job.
+    pub(crate) timed: Vec<bool>,
     pub(crate) retry: RetryPolicy,
     pub(crate) events: mpsc::UnboundedSender<Event>,
 }
@@ -164,7 +168,8 @@ async fn run_handoff(ctx: &PoolContext, handoff: &Handoff, mut since: Instant) -
     let QueueHandler::One(handler) = &ctx.handlers[handoff.queue] else {
         unreachable!("hand-offs of single jobs go to queues with a one-job handler")
     };
-    let mut done = Vec::new();
+    let timed = ctx.timed[handoff.queue];
+    let mut done = Vec::with_capacity(handoff.load().0);
     while let Some(job) = handoff.start_next() {
         let (id, lease, attempts) = (job.id, job.lease, (job.attempt, job.max_attempts));
         let outcome = match handler.call(job) {
@@ -172,14 +177,20 @@ async fn run_handoff(ctx: &PoolContext, handoff: &Handoff, mut since: Instant) -
             Err(error) => Outcome::DeadLetter { error },
         };
         handoff.finish_running();
-        let now = Instant::now();
+        let took = if timed {
+            let now = Instant::now();
+            let took = now - since;
+            since = now;
+            took
+        } else {
+            Duration::ZERO
+        };
         done.push(Done {
             id,
             lease,
             outcome,
-            took: now - since,
+            took,
         });
-        since = now;
     }
     done
 }
