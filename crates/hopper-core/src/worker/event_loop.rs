@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -26,6 +27,9 @@ use crate::prefetch::{AUTO_CEILING, AutoSizer, Prefetch};
 const HANDOFF_SPACING: Duration = Duration::from_micros(32);
 /// How long the loop sleeps at most when nothing is due.
 const IDLE_HORIZON: Duration = Duration::from_secs(3600);
+
+/// What one fetch asked for: (queue index, jobs) per queue.
+type Asked = Vec<(usize, usize)>;
 
 pub(crate) enum Event {
     Command(Command),
@@ -159,6 +163,11 @@ pub(crate) struct EventLoop {
     job_time: Option<Duration>,
     rotate: usize,
     stopping: Option<Stopping>,
+    /// A fetch that completed as it was sent (an in-process broker), not yet taken in.
+    fetched_now: Option<(Result<Fetched>, Asked)>,
+    /// Something this pass did (a fetch taken in at once) calls for another pass before
+    /// the loop waits.
+    step_again: bool,
 }
 
 enum Woke {
@@ -253,6 +262,8 @@ impl EventLoop {
             job_time: None,
             rotate: 0,
             stopping: None,
+            fetched_now: None,
+            step_again: false,
         }
     }
 
@@ -274,6 +285,9 @@ impl EventLoop {
                 }
                 now
             };
+            if std::mem::take(&mut self.step_again) {
+                continue;
+            }
             // With nothing due, the loop still wakes within an hour; that horizon moves
             // forward once a second at most rather than on every pass.
             if idle_until < now + IDLE_HORIZON - Duration::from_secs(1) {
@@ -418,6 +432,10 @@ impl EventLoop {
         self.dispatch(now, st);
         self.maybe_subscribe(st);
         self.maybe_fetch(now);
+        if let Some((result, asked)) = self.fetched_now.take() {
+            self.fetched(result, asked, st);
+            self.step_again = true;
+        }
         self.maybe_settle(now);
         self.maybe_renew(now);
         self.shrink_pool();
@@ -779,9 +797,20 @@ impl EventLoop {
         };
         self.fetch_in_flight = true;
         let broker = self.broker.clone();
+        let mut fetch = Box::pin(async move { broker.fetch(request).await });
+        if self.in_process {
+            // An in-process fetch is a few map operations under a lock and returns on its
+            // first poll: taking its result here spares a task, two wake-ups and a pass of
+            // the loop per fetch, during which the slots would drain.
+            let mut cx = Context::from_waker(Waker::noop());
+            if let Poll::Ready(result) = fetch.as_mut().poll(&mut cx) {
+                self.fetched_now = Some((result, asked));
+                return;
+            }
+        }
         let events = self.events.clone();
         tokio::spawn(async move {
-            let result = broker.fetch(request).await;
+            let result = fetch.await;
             let _ = events.send(Event::Fetched { result, asked });
         });
     }
