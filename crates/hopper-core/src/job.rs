@@ -1,7 +1,8 @@
 //! Jobs as producers create them ([`NewJob`]) and as workers receive them ([`Job`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -41,6 +42,39 @@ impl fmt::Display for LeaseId {
         write!(f, "{:016x}", self.0)
     }
 }
+
+/// Hashes a [`JobId`] or [`LeaseId`] with one multiplication instead of SipHash. Ids are
+/// minted by a broker (sequential or random), never chosen by a caller, so the flooding
+/// SipHash guards against cannot happen, and maps keyed by them sit on per-job paths.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_i64(&mut self, n: i64) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing (FxHash's step): an odd multiplier spreads sequential ids over
+        // both the low bits (the bucket) and the high bits (the tag) of the hash.
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+/// A map keyed by job or lease ids.
+pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+/// A set of job or lease ids.
+pub(crate) type IdSet<K> = HashSet<K, BuildHasherDefault<IdHasher>>;
 
 /// Milliseconds since the Unix epoch: how brokers store times.
 pub type Millis = i64;

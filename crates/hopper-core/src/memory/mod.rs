@@ -23,7 +23,7 @@ use crate::broker::{
 };
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::job::{Job, JobId, LeaseId, Millis, NewJob};
+use crate::job::{IdMap, Job, JobId, LeaseId, Millis, NewJob};
 pub use topic::{Subscription, Topic};
 
 /// The in-process broker. Cheap to clone: clones share the same queues.
@@ -46,11 +46,11 @@ struct Inner {
 struct State {
     next_id: i64,
     queues: HashMap<String, MemQueue>,
-    leased: HashMap<JobId, Job>,
-    leases: HashMap<LeaseId, Lease>,
+    leased: IdMap<JobId, Job>,
+    leases: IdMap<LeaseId, Lease>,
     /// Dead and cancelled jobs, kept for inspection.
-    finished: HashMap<JobId, JobRecord>,
-    last_errors: HashMap<JobId, String>,
+    finished: IdMap<JobId, JobRecord>,
+    last_errors: IdMap<JobId, String>,
     next_reap: Millis,
 }
 
@@ -379,7 +379,9 @@ impl Broker for MemoryBroker {
                 report.applied += 1;
                 match s.outcome {
                     Outcome::Ack => {
-                        st.last_errors.remove(&job.id);
+                        if !st.last_errors.is_empty() {
+                            st.last_errors.remove(&job.id);
+                        }
                     }
                     Outcome::Retry { delay, error } => {
                         st.last_errors.insert(job.id, error);

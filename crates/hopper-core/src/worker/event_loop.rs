@@ -6,7 +6,7 @@
 //! trip is in flight, and free slots accumulate into the next fetch instead of each making
 //! a round trip of its own.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
@@ -20,7 +20,7 @@ use super::stats::{QueueStats, WorkerStats, push_size};
 use super::{Command, HANDOFF_MAX, QueueOptions, QueueSpec, WorkerConfig};
 use crate::broker::{Broker, Budget, FetchRequest, Fetched, Outcome, SettleReport, Settlement};
 use crate::error::{ConfigError, Error, Result};
-use crate::job::{Job, JobId, LeaseId, to_millis};
+use crate::job::{IdMap, IdSet, Job, JobId, LeaseId, to_millis};
 use crate::prefetch::{AUTO_CEILING, AutoSizer, Prefetch};
 
 /// Hand-offs are sized to arrive about this far apart (DESIGN.md §7).
@@ -152,8 +152,8 @@ pub(crate) struct EventLoop {
     settle_since: Option<Instant>,
     settle_in_flight: bool,
     settle_retry_at: Option<Instant>,
-    leases: HashMap<LeaseId, usize>,
-    lost: HashSet<LeaseId>,
+    leases: IdMap<LeaseId, usize>,
+    lost: IdSet<LeaseId>,
     renew_in_flight: bool,
     next_renew: Instant,
     wake: Option<watch::Receiver<u64>>,
@@ -253,8 +253,8 @@ impl EventLoop {
             settle_since: None,
             settle_in_flight: false,
             settle_retry_at: None,
-            leases: HashMap::new(),
-            lost: HashSet::new(),
+            leases: IdMap::default(),
+            lost: IdSet::default(),
             renew_in_flight: false,
             wake,
             next_poll: None,
