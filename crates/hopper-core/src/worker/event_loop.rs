@@ -30,6 +30,8 @@ const IDLE_HORIZON: Duration = Duration::from_secs(3600);
 
 /// What one fetch asked for: (queue index, jobs) per queue.
 type Asked = Vec<(usize, usize)>;
+/// A settlement round trip's result, the batch sent, and each settlement's queue.
+type SettleReply = (Result<SettleReport>, Vec<Settlement>, Vec<Option<usize>>);
 
 pub(crate) enum Event {
     Command(Command),
@@ -165,6 +167,8 @@ pub(crate) struct EventLoop {
     stopping: Option<Stopping>,
     /// A fetch that completed as it was sent (an in-process broker), not yet taken in.
     fetched_now: Option<(Result<Fetched>, Asked)>,
+    /// A settlement that completed as it was sent, not yet taken in.
+    settled_now: Option<SettleReply>,
     /// Something this pass did (a fetch taken in at once) calls for another pass before
     /// the loop waits.
     step_again: bool,
@@ -263,6 +267,7 @@ impl EventLoop {
             rotate: 0,
             stopping: None,
             fetched_now: None,
+            settled_now: None,
             step_again: false,
         }
     }
@@ -437,6 +442,9 @@ impl EventLoop {
             self.step_again = true;
         }
         self.maybe_settle(now);
+        if let Some((result, batch, queues)) = self.settled_now.take() {
+            self.settled(result, batch, queues, st);
+        }
         self.maybe_renew(now);
         self.shrink_pool();
         if self.next_poll.is_none() && self.queues.iter().any(|q| q.drained) {
@@ -837,15 +845,60 @@ impl EventLoop {
         let batch = std::mem::take(&mut self.settles);
         let queues = std::mem::take(&mut self.settle_queues);
         let broker = self.broker.clone();
+        let sent = batch.clone();
+        let mut settle = Box::pin(async move { broker.settle(sent).await });
+        if self.in_process {
+            // As with fetches: an in-process settlement completes on its first poll.
+            let mut cx = Context::from_waker(Waker::noop());
+            if let Poll::Ready(result) = settle.as_mut().poll(&mut cx) {
+                self.settled_now = Some((result, batch, queues));
+                return;
+            }
+        }
         let events = self.events.clone();
         tokio::spawn(async move {
-            let result = broker.settle(batch.clone()).await;
+            let result = settle.await;
             let _ = events.send(Event::Settled {
                 result,
                 batch,
                 queues,
             });
         });
+    }
+
+    /// A settlement round trip came back.
+    fn settled(
+        &mut self,
+        result: Result<SettleReport>,
+        batch: Vec<Settlement>,
+        queues: Vec<Option<usize>>,
+        st: &mut WorkerStats,
+    ) {
+        self.settle_in_flight = false;
+        match result {
+            Ok(report) => {
+                st.settle_calls += 1;
+                for qi in queues.into_iter().flatten() {
+                    self.queues[qi].settling -= 1;
+                }
+                if !report.fenced.is_empty() {
+                    tracing::debug!(
+                        fenced = report.fenced.len(),
+                        "settlements ignored: their leases had expired"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, count = batch.len(), "settlement failed; retrying");
+                let mut batch = batch;
+                batch.append(&mut self.settles);
+                self.settles = batch;
+                let mut queues = queues;
+                queues.append(&mut self.settle_queues);
+                self.settle_queues = queues;
+                self.settle_retry_at = Some(Instant::now() + Duration::from_millis(200));
+            }
+        }
     }
 
     /// On a pushed broker, a settlement held back to be grouped also holds back the
@@ -896,33 +949,7 @@ impl EventLoop {
                 result,
                 batch,
                 queues,
-            } => {
-                self.settle_in_flight = false;
-                match result {
-                    Ok(report) => {
-                        st.settle_calls += 1;
-                        for qi in queues.into_iter().flatten() {
-                            self.queues[qi].settling -= 1;
-                        }
-                        if !report.fenced.is_empty() {
-                            tracing::debug!(
-                                fenced = report.fenced.len(),
-                                "settlements ignored: their leases had expired"
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, count = batch.len(), "settlement failed; retrying");
-                        let mut batch = batch;
-                        batch.append(&mut self.settles);
-                        self.settles = batch;
-                        let mut queues = queues;
-                        queues.append(&mut self.settle_queues);
-                        self.settle_queues = queues;
-                        self.settle_retry_at = Some(Instant::now() + Duration::from_millis(200));
-                    }
-                }
-            }
+            } => self.settled(result, batch, queues, st),
             Event::Subscribed { queue, result } => {
                 let q = &mut self.queues[queue];
                 q.subscribing = false;
