@@ -878,8 +878,17 @@ impl EventLoop {
         match result {
             Ok(report) => {
                 st.settle_calls += 1;
-                for qi in queues.into_iter().flatten() {
+                for &qi in queues.iter().flatten() {
                     self.queues[qi].settling -= 1;
+                }
+                // The next group fills the buffers this one used instead of growing fresh
+                // ones by doubling (each growth past 1 kB is a large, slower allocation).
+                if self.settles.is_empty() && self.settles.capacity() < batch.capacity() {
+                    let (mut batch, mut queues) = (batch, queues);
+                    batch.clear();
+                    queues.clear();
+                    self.settles = batch;
+                    self.settle_queues = queues;
                 }
                 if !report.fenced.is_empty() {
                     tracing::debug!(
