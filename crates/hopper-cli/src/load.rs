@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
@@ -21,6 +21,8 @@ use crate::report::{peak_rss_mib, percentile, run_lengths};
 
 /// Jobs per enqueue call: one round trip each.
 const ENQUEUE_CHUNK: usize = 1000;
+/// A latency slot of a job that has not started.
+const NOT_STARTED: u32 = u32::MAX;
 
 #[derive(Debug, Args)]
 pub struct LoadArgs {
@@ -88,19 +90,46 @@ struct Tally {
     seen: Vec<AtomicU8>,
     distinct: AtomicU64,
     duplicates: AtomicU64,
-    latencies_us: std::sync::Mutex<Vec<u32>>,
+    /// Each job's enqueue-to-start latency, in its own slot ([`NOT_STARTED`] until it
+    /// starts), so recording one takes no lock shared by every handler.
+    latencies_us: Vec<AtomicU32>,
+    /// Latencies of second and later starts of a job (duplicates), which must count too.
+    extra_latencies_us: std::sync::Mutex<Vec<u32>>,
     all_seen: Notify,
     total: u64,
 }
 
 impl Tally {
     /// A job started: its enqueue-to-start latency.
-    fn started(&self, enqueued_us: u64) {
+    fn started(&self, index: usize, enqueued_us: u64) {
         let now_us = micros_now();
-        let lat = now_us.saturating_sub(enqueued_us).min(u32::MAX as u64) as u32;
-        if let Ok(mut l) = self.latencies_us.lock() {
-            l.push(lat);
+        let lat = now_us
+            .saturating_sub(enqueued_us)
+            .min(u64::from(NOT_STARTED - 1)) as u32;
+        let first = self.latencies_us.get(index).is_some_and(|slot| {
+            slot.compare_exchange(NOT_STARTED, lat, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        });
+        if !first {
+            if let Ok(mut l) = self.extra_latencies_us.lock() {
+                l.push(lat);
+            }
         }
+    }
+
+    /// Every latency recorded, in milliseconds, unsorted.
+    fn latencies_ms(&self) -> Vec<f64> {
+        let mut out: Vec<f64> = self
+            .latencies_us
+            .iter()
+            .map(|slot| slot.load(Ordering::Relaxed))
+            .filter(|&us| us != NOT_STARTED)
+            .map(|us| us as f64 / 1000.0)
+            .collect();
+        if let Ok(l) = self.extra_latencies_us.lock() {
+            out.extend(l.iter().map(|&us| us as f64 / 1000.0));
+        }
+        out
     }
 
     /// A job's work is done: the drain ends when every job finished, not started, so that
@@ -150,7 +179,10 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         seen: (0..args.jobs).map(|_| AtomicU8::new(0)).collect(),
         distinct: AtomicU64::new(0),
         duplicates: AtomicU64::new(0),
-        latencies_us: std::sync::Mutex::new(Vec::with_capacity(args.jobs)),
+        latencies_us: (0..args.jobs)
+            .map(|_| AtomicU32::new(NOT_STARTED))
+            .collect(),
+        extra_latencies_us: std::sync::Mutex::new(Vec::new()),
         all_seen: Notify::new(),
         total: args.jobs as u64,
     });
@@ -221,11 +253,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     let completed = tally.distinct.load(Ordering::Relaxed);
     let fetches: u64 = all_stats.iter().map(|s| s.fetches).sum();
     let fetched: u64 = all_stats.iter().map(|s| s.fetched_jobs).sum();
-    let mut lat: Vec<f64> = tally
-        .latencies_us
-        .lock()
-        .map(|l| l.iter().map(|&us| us as f64 / 1000.0).collect())
-        .unwrap_or_default();
+    let mut lat = tally.latencies_ms();
     lat.sort_by(f64::total_cmp);
     let report = Report {
         broker: hopper::redact_url(url),
@@ -284,7 +312,7 @@ fn build_worker(broker: Arc<dyn Broker>, args: &LoadArgs, tally: Arc<Tally>) -> 
         let tally = tally.clone();
         builder = match args.batch {
             None => builder.queue(q, opts.clone(), move |job: JobContext<(usize, u64)>| {
-                tally.started(job.payload.1);
+                tally.started(job.payload.0, job.payload.1);
                 let tally = tally.clone();
                 async move {
                     if job_ms > 0 {
@@ -300,7 +328,7 @@ fn build_worker(broker: Arc<dyn Broker>, args: &LoadArgs, tally: Arc<Tally>) -> 
                     .batch(size, Duration::from_millis(args.batch_wait)),
                 move |jobs: Vec<JobContext<(usize, u64)>>| {
                     for job in &jobs {
-                        tally.started(job.payload.1);
+                        tally.started(job.payload.0, job.payload.1);
                     }
                     let tally = tally.clone();
                     async move {
