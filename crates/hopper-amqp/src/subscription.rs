@@ -194,16 +194,7 @@ async fn open(
         st.buffer.clear();
         st.unsettled.clear();
     }
-    *seq += 1;
-    let consumer = channel
-        .basic_consume(
-            sub.queue.as_str().into(),
-            format!("hopper-{generation}-{seq}").into(),
-            consume_options(),
-            FieldTable::default(),
-        )
-        .await
-        .map_err(|e| amqp_err(format!("consuming from queue {}", sub.queue), e))?;
+    let consumer = consume(sub, &channel, generation, seq).await?;
     Ok((channel, consumer, generation))
 }
 
@@ -235,8 +226,20 @@ async fn rewindow(
         .basic_qos(window.unwrap_or(0), BasicQosOptions::default())
         .await
         .map_err(|e| amqp_err("basic.qos", e))?;
+    *consumer = consume(sub, channel, generation, seq).await?;
+    sub.state().window = window;
+    Ok(())
+}
+
+/// Starts a consumer on `channel` under a tag unique to this channel generation.
+async fn consume(
+    sub: &Subscription,
+    channel: &Channel,
+    generation: u64,
+    seq: &mut u64,
+) -> Result<Consumer> {
     *seq += 1;
-    *consumer = channel
+    channel
         .basic_consume(
             sub.queue.as_str().into(),
             format!("hopper-{generation}-{seq}").into(),
@@ -244,9 +247,7 @@ async fn rewindow(
             FieldTable::default(),
         )
         .await
-        .map_err(|e| amqp_err(format!("consuming from queue {}", sub.queue), e))?;
-    sub.state().window = window;
-    Ok(())
+        .map_err(|e| amqp_err(format!("consuming from queue {}", sub.queue), e))
 }
 
 /// The subscription task: open, move deliveries into the buffer, obey commands; after a

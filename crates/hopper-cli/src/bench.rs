@@ -148,54 +148,14 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
             rows.push(finish(row));
         }
     }
-    if wants("postgres") {
-        let jobs = n(100_000);
-        for batch in [100, 50, 10] {
-            let raw = {
-                let scratch = PgScratch::create(&args.postgres);
-                let rate = raw_broker_loop(&scratch.url, jobs, batch).await;
-                scratch.drop().await;
-                rate?
-            };
-            let scratch = PgScratch::create(&args.postgres);
-            let row = hopper_load(
-                &scratch.url,
-                jobs,
-                batch,
-                batch,
-                &format!("postgres drain, batch {batch}"),
-            )
-            .await;
-            scratch.drop().await;
-            let (mut row, enqueue) = row?;
-            row.raw_per_s = Some(raw);
-            row.note = format!("raw: broker fetch+settle loop; enqueue {enqueue:.0}/s");
-            rows.push(finish(row));
-        }
-    }
-    if wants("mysql") {
-        let jobs = n(50_000);
-        for batch in [100, 10] {
-            let raw = {
-                let scratch = MySqlScratch::create(&args.mysql).await?;
-                let rate = raw_broker_loop(&scratch.url, jobs, batch).await;
-                scratch.drop().await;
-                rate?
-            };
-            let scratch = MySqlScratch::create(&args.mysql).await?;
-            let row = hopper_load(
-                &scratch.url,
-                jobs,
-                batch,
-                batch,
-                &format!("mysql drain, batch {batch}"),
-            )
-            .await;
-            scratch.drop().await;
-            let (mut row, enqueue) = row?;
-            row.raw_per_s = Some(raw);
-            row.note = format!("raw: broker fetch+settle loop; enqueue {enqueue:.0}/s");
-            rows.push(finish(row));
+    for (name, server, jobs, batches) in [
+        ("postgres", &args.postgres, n(100_000), &[100, 50, 10][..]),
+        ("mysql", &args.mysql, n(50_000), &[100, 10][..]),
+    ] {
+        if wants(name) {
+            for &batch in batches {
+                rows.push(sql_drain(name, server, jobs, batch).await?);
+            }
         }
     }
     if wants("amqp") {
@@ -208,7 +168,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         rows.push(idle_latency("memory://", "memory").await?);
         let url = format!("sqlite://{}/latency.db", dir.display());
         rows.push(idle_latency(&url, "sqlite").await?);
-        let scratch = PgScratch::create(&args.postgres);
+        let scratch = Scratch::create(&args.postgres).await?;
         let row = idle_latency(&scratch.url, "postgres").await;
         scratch.drop().await;
         rows.push(row?);
@@ -269,21 +229,38 @@ async fn raw_mpsc(n: usize) -> f64 {
     rate
 }
 
+/// A SQL server's drain at one batch size: the raw loop and then Hopper, each in a scratch
+/// schema or database of its own.
+async fn sql_drain(name: &str, server: &str, jobs: usize, batch: usize) -> Result<Row> {
+    let raw = {
+        let scratch = Scratch::create(server).await?;
+        let rate = raw_broker_loop(&scratch.url, jobs, batch).await;
+        scratch.drop().await;
+        rate?
+    };
+    let scratch = Scratch::create(server).await?;
+    let row = hopper_load(
+        &scratch.url,
+        jobs,
+        batch,
+        batch,
+        &format!("{name} drain, batch {batch}"),
+    )
+    .await;
+    scratch.drop().await;
+    let (mut row, enqueue) = row?;
+    row.raw_per_s = Some(raw);
+    row.note = format!("raw: broker fetch+settle loop; enqueue {enqueue:.0}/s");
+    Ok(finish(row))
+}
+
 /// Fills a queue, then drains it with one loop of `fetch(batch)` and `settle` (acks).
 async fn raw_broker_loop(url: &str, jobs: usize, batch: usize) -> Result<f64> {
     hopper::migrate(url).await?;
     let broker = hopper::connect(url).await?;
     let queue = "raw";
     broker.purge(queue).await?;
-    let mut left = jobs;
-    while left > 0 {
-        let k = left.min(ENQUEUE_CHUNK);
-        let chunk = (0..k)
-            .map(|i| NewJob::json(queue, &i))
-            .collect::<Result<Vec<_>>>()?;
-        broker.enqueue(chunk).await?;
-        left -= k;
-    }
+    fill(&broker, queue, jobs).await?;
     let started = Instant::now();
     let mut done = 0;
     while done < jobs {
@@ -563,68 +540,57 @@ async fn idle_latency(url: &str, name: &str) -> Result<Row> {
     })
 }
 
-/// A PostgreSQL schema made for one run and dropped after it.
-struct PgScratch {
+/// A schema (PostgreSQL) or database (MySQL) made for one run and dropped after it.
+struct Scratch {
     server: String,
-    schema: String,
+    name: String,
     url: String,
 }
 
-impl PgScratch {
-    fn create(server: &str) -> Self {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let schema = format!("hopper_bench_{}_{n}", std::process::id());
-        let sep = if server.contains('?') { '&' } else { '?' };
-        PgScratch {
-            url: format!("{server}{sep}schema={schema}"),
-            server: server.to_owned(),
-            schema,
-        }
+impl Scratch {
+    fn mysql(server: &str) -> bool {
+        server.starts_with("mysql:")
     }
 
-    async fn drop(self) {
-        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.server).await {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema))
-                .execute(&mut conn)
-                .await;
-            let _ = conn.close().await;
-        }
-    }
-}
-
-/// A MySQL database made for one run and dropped after it.
-struct MySqlScratch {
-    server: String,
-    database: String,
-    url: String,
-}
-
-impl MySqlScratch {
     async fn create(server: &str) -> Result<Self> {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let database = format!("hopper_bench_{}_{n}", std::process::id());
-        let mut conn = sqlx::MySqlConnection::connect(server)
-            .await
-            .map_err(|e| Error::broker("connecting to MySQL for a scratch database", e))?;
-        sqlx::query(&format!("CREATE DATABASE {database}"))
-            .execute(&mut conn)
-            .await
-            .map_err(|e| Error::broker("creating a scratch database", e))?;
-        let _ = conn.close().await;
-        let (scheme, rest) = server.split_once("://").unwrap_or(("mysql", server));
-        let end = rest.find(['/', '?']).unwrap_or(rest.len());
-        Ok(MySqlScratch {
-            url: format!("{scheme}://{}/{database}", &rest[..end]),
+        let name = format!("hopper_bench_{}_{n}", std::process::id());
+        let url = if Self::mysql(server) {
+            // A database must exist before a broker connects to it; a schema is made by
+            // the migration.
+            let mut conn = sqlx::MySqlConnection::connect(server)
+                .await
+                .map_err(|e| Error::broker("connecting to MySQL for a scratch database", e))?;
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&mut conn)
+                .await
+                .map_err(|e| Error::broker("creating a scratch database", e))?;
+            let _ = conn.close().await;
+            let (scheme, rest) = server.split_once("://").unwrap_or(("mysql", server));
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            format!("{scheme}://{}/{name}", &rest[..end])
+        } else {
+            let sep = if server.contains('?') { '&' } else { '?' };
+            format!("{server}{sep}schema={name}")
+        };
+        Ok(Scratch {
             server: server.to_owned(),
-            database,
+            name,
+            url,
         })
     }
 
     async fn drop(self) {
-        if let Ok(mut conn) = sqlx::MySqlConnection::connect(&self.server).await {
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.database))
+        if Self::mysql(&self.server) {
+            if let Ok(mut conn) = sqlx::MySqlConnection::connect(&self.server).await {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.name))
+                    .execute(&mut conn)
+                    .await;
+                let _ = conn.close().await;
+            }
+        } else if let Ok(mut conn) = sqlx::PgConnection::connect(&self.server).await {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name))
                 .execute(&mut conn)
                 .await;
             let _ = conn.close().await;
