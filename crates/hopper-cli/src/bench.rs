@@ -23,9 +23,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use hopper::{
-    Error, FetchRequest, JobContext, NewJob, Outcome, QueueOptions, Result, Settlement, Worker,
-};
+use hopper::{Error, FetchRequest, JobContext, NewJob, QueueOptions, Result, Settlement, Worker};
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
@@ -271,15 +269,7 @@ async fn raw_broker_loop(url: &str, jobs: usize, batch: usize) -> Result<f64> {
             break;
         }
         done += fetched.jobs.len();
-        let acks = fetched
-            .jobs
-            .iter()
-            .map(|j| Settlement {
-                job: j.id,
-                lease: j.lease,
-                outcome: Outcome::Ack,
-            })
-            .collect();
+        let acks = fetched.jobs.iter().map(Settlement::ack).collect();
         broker.settle(acks).await?;
     }
     let rate = done as f64 / started.elapsed().as_secs_f64();

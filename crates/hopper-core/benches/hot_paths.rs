@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use hopper_core::{
-    AutoSizer, Broker, FetchRequest, JobContext, MemoryBroker, NewJob, Outcome, QueueOptions,
-    Settlement, Worker,
+    AutoSizer, Broker, FetchRequest, JobContext, MemoryBroker, NewJob, QueueOptions, Settlement,
+    Worker,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
@@ -125,15 +125,7 @@ fn settlement_grouping(c: &mut Criterion) {
                     .fetch(FetchRequest::one("q", GROUP, Duration::from_secs(60)))
                     .await
                     .expect("fetch");
-                let acks: Vec<Settlement> = fetched
-                    .jobs
-                    .iter()
-                    .map(|j| Settlement {
-                        job: j.id,
-                        lease: j.lease,
-                        outcome: Outcome::Ack,
-                    })
-                    .collect();
+                let acks: Vec<Settlement> = fetched.jobs.iter().map(Settlement::ack).collect();
                 let started = Instant::now();
                 let report = broker.settle(acks).await.expect("settle");
                 timed += started.elapsed();

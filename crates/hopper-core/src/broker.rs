@@ -96,6 +96,17 @@ pub struct Settlement {
     pub outcome: Outcome,
 }
 
+impl Settlement {
+    /// `job` is done: an [`Outcome::Ack`] under the lease it was fetched with.
+    pub fn ack(job: &Job) -> Self {
+        Settlement {
+            job: job.id,
+            lease: job.lease,
+            outcome: Outcome::Ack,
+        }
+    }
+}
+
 /// What a batch of settlements did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SettleReport {

@@ -29,7 +29,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hopper_core::{Broker, FetchRequest, NewJob, Outcome, Settlement};
+use hopper_core::{Broker, FetchRequest, NewJob, Settlement};
 use hopper_mysql::{MySqlBroker, MySqlOptions};
 use sqlx::{Connection, MySqlConnection};
 
@@ -85,15 +85,7 @@ async fn drain(broker: Arc<dyn Broker>, batch: usize) -> usize {
             return done;
         }
         done += fetched.jobs.len();
-        let acks = fetched
-            .jobs
-            .iter()
-            .map(|job| Settlement {
-                job: job.id,
-                lease: fetched.lease,
-                outcome: Outcome::Ack,
-            })
-            .collect();
+        let acks = fetched.jobs.iter().map(Settlement::ack).collect();
         let report = broker.settle(acks).await.expect("settle");
         assert!(report.fenced.is_empty(), "acks fenced");
     }

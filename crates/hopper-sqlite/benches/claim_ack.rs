@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hopper_core::{Broker, FetchRequest, NewJob, Outcome, Settlement};
+use hopper_core::{Broker, FetchRequest, NewJob, Settlement};
 use hopper_sqlite::SqliteBroker;
 
 const JOBS: usize = 100_000;
@@ -32,15 +32,7 @@ async fn drain(broker: Arc<dyn Broker>, batch: usize) -> usize {
             return done;
         }
         done += fetched.jobs.len();
-        let acks = fetched
-            .jobs
-            .iter()
-            .map(|job| Settlement {
-                job: job.id,
-                lease: fetched.lease,
-                outcome: Outcome::Ack,
-            })
-            .collect();
+        let acks = fetched.jobs.iter().map(Settlement::ack).collect();
         broker.settle(acks).await.expect("settle");
     }
 }

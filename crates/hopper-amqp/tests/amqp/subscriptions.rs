@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hopper_amqp::AmqpOptions;
 use hopper_amqp::wire::REDELIVERED;
-use hopper_core::{Broker, JobContext, Outcome, QueueOptions, Settlement, Worker};
+use hopper_core::{Broker, JobContext, QueueOptions, Settlement, Worker};
 
 use super::support::{Seen, another, enqueue_n, eventually, fetch_until, setup};
 
@@ -19,14 +19,7 @@ async fn closing_a_subscription_mid_batch_hands_its_unsettled_deliveries_to_anot
     let held = fetch_until(&a, &s.queue, 10, 10).await;
     assert_eq!(held.len(), 10, "window 10");
     // Three of the batch finish; seven are still being worked on when the channel closes.
-    let acks = held[..3]
-        .iter()
-        .map(|j| Settlement {
-            job: j.id,
-            lease: j.lease,
-            outcome: Outcome::Ack,
-        })
-        .collect();
+    let acks = held[..3].iter().map(Settlement::ack).collect();
     assert_eq!(a.settle(acks).await.unwrap().applied, 3);
     let acked: Vec<u64> = held[..3]
         .iter()
@@ -44,14 +37,7 @@ async fn closing_a_subscription_mid_batch_hands_its_unsettled_deliveries_to_anot
     );
     a.unsubscribe(&s.queue).await.unwrap();
     // The first holder's late settlement names a closed channel: fenced, never applied.
-    let late = a
-        .settle(vec![Settlement {
-            job: held[3].id,
-            lease: held[3].lease,
-            outcome: Outcome::Ack,
-        }])
-        .await
-        .unwrap();
+    let late = a.settle(vec![Settlement::ack(&held[3])]).await.unwrap();
     assert_eq!(
         (late.applied, late.fenced.len()),
         (0, 1),
@@ -144,14 +130,7 @@ async fn a_quorum_queue_counts_a_delivery_handed_back_by_a_closed_channel_as_an_
             again[0].attempt, second_attempt,
             "{kind:?}: attempt after the hand-back"
         );
-        let done = b
-            .settle(vec![Settlement {
-                job: again[0].id,
-                lease: again[0].lease,
-                outcome: Outcome::Ack,
-            }])
-            .await
-            .unwrap();
+        let done = b.settle(vec![Settlement::ack(&again[0])]).await.unwrap();
         assert_eq!(done.applied, 1);
         b.unsubscribe(&s.queue).await.unwrap();
     }

@@ -6,9 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hopper_amqp::AmqpOptions;
-use hopper_core::{
-    Broker, FetchRequest, JobContext, Outcome, Prefetch, QueueOptions, Settlement, Worker,
-};
+use hopper_core::{Broker, FetchRequest, JobContext, Prefetch, QueueOptions, Settlement, Worker};
 
 use super::support::{enqueue_n, queue_figures, setup, setup_with, wait_for};
 
@@ -58,11 +56,7 @@ async fn prefetch_n_holds_n_and_each_ack_lets_exactly_one_more_in() {
     for round in 0..5 {
         let job = held.remove(0);
         let report = broker
-            .settle(vec![Settlement {
-                job: job.id,
-                lease: job.lease,
-                outcome: Outcome::Ack,
-            }])
+            .settle(vec![Settlement::ack(&job)])
             .await
             .expect("settle");
         assert_eq!(report.applied, 1, "round {round}: ack applied");
