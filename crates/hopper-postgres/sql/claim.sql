@@ -44,8 +44,10 @@ claimed AS (
         lease_expires = now.ms + $5,
         started_at = now.ms,
         attempt = t.attempt + 1
-    FROM picked, now
-    WHERE t.id = picked.id
+    FROM now
+    -- By key, as an array: joined to `picked` instead, a plan made without knowing how
+    -- many were picked may hash the whole table (measured: 40 ms for a claim of 100).
+    WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING t.id, t.queue, t.payload, t.priority, t.run_at, t.attempt, t.max_attempts,
               t.headers::text AS headers, t.created_at
 )
@@ -54,8 +56,12 @@ SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, cre
 FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1::smallint,
-       (SELECT min(run_at) FROM {schema}.hopper_jobs
-        WHERE state = 0 AND queue = ANY($1::text[]) AND run_at > (SELECT ms FROM now))
+       (SELECT min(d.at)
+        FROM unnest($1::text[]) AS q(queue)
+        CROSS JOIN LATERAL (
+            SELECT min(run_at) AS at FROM {schema}.hopper_jobs
+            WHERE state = 0 AND queue = q.queue AND run_at > (SELECT ms FROM now)
+        ) AS d)
 WHERE (SELECT count(*) FROM claimed) < $7::int
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2::smallint, count(*)

@@ -1,3 +1,6 @@
+-- `t.state + 0 = 1` rather than `t.state = 1`: it keeps the planner on the primary key. The
+-- plain form lets it use the partial index of leased jobs, which statistics taken while
+-- few jobs were leased make look empty, and walk every leased job for each settlement.
 WITH now AS (SELECT coalesce($6::bigint, {schema}.hopper_now_ms()) AS ms),
 s AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::bigint[], $5::text[])
@@ -7,7 +10,7 @@ acked AS (
     DELETE FROM {schema}.hopper_jobs AS t
     USING s
     WHERE NOT $7::bool AND s.kind = 0
-      AND t.id = s.id AND t.state = 1 AND t.lease_id = s.lease
+      AND t.id = s.id AND t.state + 0 = 1 AND t.lease_id = s.lease
     RETURNING t.id
 ),
 changed AS (
@@ -21,7 +24,7 @@ changed AS (
         lease_expires = NULL
     FROM s, now
     WHERE ($7::bool OR s.kind <> 0)
-      AND t.id = s.id AND t.state = 1 AND t.lease_id = s.lease
+      AND t.id = s.id AND t.state + 0 = 1 AND t.lease_id = s.lease
     RETURNING t.id
 )
 SELECT id FROM acked

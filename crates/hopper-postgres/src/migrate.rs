@@ -10,7 +10,10 @@ use crate::sql::{needed_version, statement};
 use crate::url::BrokerUrl;
 
 /// The migrations, in order; a schema at version N has the first N applied.
-pub(crate) const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_create_jobs.sql")];
+pub(crate) const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_create_jobs.sql"),
+    include_str!("../migrations/0002_one_lease_index.sql"),
+];
 
 /// Serialises concurrent `migrate` runs across processes.
 const MIGRATE_LOCK: i64 = 0x686f_7070_6572; // "hopper"

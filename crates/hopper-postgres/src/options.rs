@@ -25,6 +25,15 @@ pub struct PgOptions {
     pub listen: bool,
     /// Keep acknowledged jobs as completed for this long instead of deleting them.
     pub keep_completed: Option<Duration>,
+    /// Vacuum the jobs table after this broker has claimed this many jobs since its last
+    /// vacuum (default 10,000; `None` leaves it to autovacuum). A claim leaves a dead entry
+    /// at the front of the index of pending jobs, and every later claim walks over it until
+    /// a vacuum removes it; autovacuum looks at most once a minute, by which time a fast
+    /// drain has left hundreds of thousands. Runs in the background on a connection of its
+    /// own, skips the table while another vacuum holds it, and waits at least a second and
+    /// ten times its own last duration between runs. Needs the broker's role to own the
+    /// table; otherwise the server skips it with a warning.
+    pub vacuum_after: Option<u64>,
 }
 
 impl Default for PgOptions {
@@ -35,6 +44,7 @@ impl Default for PgOptions {
             clock: None,
             listen: true,
             keep_completed: None,
+            vacuum_after: Some(10_000),
         }
     }
 }
@@ -70,10 +80,20 @@ impl PgOptions {
         self
     }
 
+    /// Vacuums the jobs table after every `claimed` jobs this broker claims, or never
+    /// (`None`).
+    pub fn vacuum_after(mut self, claimed: Option<u64>) -> Self {
+        self.vacuum_after = claimed;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         validate_schema(&self.schema)?;
         if !(1..=64).contains(&self.connections) {
             return Err(ConfigError::new("connections", self.connections, "1..=64"));
+        }
+        if self.vacuum_after == Some(0) {
+            return Err(ConfigError::new("vacuum_after", 0, "at least 1, or None"));
         }
         Ok(())
     }

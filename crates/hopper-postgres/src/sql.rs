@@ -32,6 +32,7 @@ statements!(
     dead_letters,
     purge,
     prune_completed,
+    vacuum,
 );
 
 /// A statement for `schema`: its text is the key of each connection's prepared-statement

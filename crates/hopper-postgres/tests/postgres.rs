@@ -3,6 +3,7 @@
 
 mod postgres {
     mod migrations;
+    mod plans;
     mod suite;
     pub mod support;
     mod transactions;

@@ -14,7 +14,7 @@ async fn an_unmigrated_schema_is_refused_with_what_to_run() {
         .to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema {schema} in {} is at version 0 but this build needs 1: run `hopper migrate --broker {}`",
+            "the hopper schema {schema} in {} is at version 0 but this build needs 2: run `hopper migrate --broker {}`",
             url(),
             url()
         )),
@@ -33,7 +33,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 1]);
+    assert_eq!(applied, [0, 2]);
     assert_eq!(
         hopper_postgres::migrate_with(&url, &options).await.unwrap(),
         0
@@ -48,7 +48,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
 async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
     let schema = unique_name("hopper_t");
     let with_schema = format!("{}?schema={schema}", url());
-    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 1);
+    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 2);
     let broker = PgBroker::connect(&with_schema).await.unwrap();
     assert_eq!(broker.schema(), schema);
     let debug = format!("{broker:?}");
@@ -72,5 +72,13 @@ async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
     assert_eq!(
         err,
         "invalid schema `Bad-Name`: allowed: 1 to 63 of a-z 0-9 _, not starting with a digit"
+    );
+    let err = PgBroker::connect_with(&url(), PgOptions::default().vacuum_after(Some(0)))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "invalid vacuum_after `0`: allowed: at least 1, or None"
     );
 }
