@@ -21,6 +21,9 @@ use crate::report::{peak_rss_mib, percentile, run_lengths};
 
 /// Jobs per enqueue call: one round trip each.
 const ENQUEUE_CHUNK: usize = 1000;
+/// Enqueue calls kept in flight, so the broker is never idle while the next chunk is built
+/// and sent: how a producer with a backlog to load would call it.
+const ENQUEUE_IN_FLIGHT: usize = 2;
 /// A latency slot of a job that has not started.
 const NOT_STARTED: u32 = u32::MAX;
 
@@ -146,6 +149,15 @@ impl Tally {
     }
 }
 
+/// The outcome of one spawned enqueue call.
+fn joined(done: Option<std::result::Result<Result<()>, tokio::task::JoinError>>) -> Result<()> {
+    match done {
+        Some(Ok(result)) => result,
+        Some(Err(e)) => Err(Error::broker_msg(format!("an enqueue task failed: {e}"))),
+        None => Ok(()),
+    }
+}
+
 fn micros_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -204,15 +216,20 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
 
     let enqueue_started = Instant::now();
     let mut chunk = Vec::with_capacity(ENQUEUE_CHUNK);
+    let mut in_flight = tokio::task::JoinSet::new();
     for i in 0..args.jobs {
         let queue = &args.queues[i % args.queues.len()];
         chunk.push(NewJob::json(queue, &(i, micros_now()))?);
-        if chunk.len() == ENQUEUE_CHUNK {
-            producer.enqueue(std::mem::take(&mut chunk)).await?;
+        if chunk.len() == ENQUEUE_CHUNK || i + 1 == args.jobs {
+            if in_flight.len() == ENQUEUE_IN_FLIGHT {
+                joined(in_flight.join_next().await)?;
+            }
+            let (producer, jobs) = (producer.clone(), std::mem::take(&mut chunk));
+            in_flight.spawn(async move { producer.enqueue(jobs).await.map(drop) });
         }
     }
-    if !chunk.is_empty() {
-        producer.enqueue(chunk).await?;
+    while let Some(done) = in_flight.join_next().await {
+        joined(Some(done))?;
     }
     let enqueue_s = enqueue_started.elapsed().as_secs_f64();
 

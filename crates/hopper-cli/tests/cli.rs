@@ -252,13 +252,13 @@ fn migrate_then_load_on_postgres() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("is at version 0 but this build needs 1: run `hopper migrate --broker"),
+        err.contains("is at version 0 but this build needs 2: run `hopper migrate --broker"),
         "{err}"
     );
 
     let out = hopper(&["migrate", "--broker", &url]);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 1 migration"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 2 migrations"));
     let out = hopper(&["migrate", "--broker", &url]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("schema up to date"));
 
