@@ -74,7 +74,10 @@ statements! {
 
 /// The schema migrations, in order; the position plus one is the version recorded in
 /// `PRAGMA user_version` once the migration has run.
-pub(crate) const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_create_jobs.sql")];
+pub(crate) const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_create_jobs.sql"),
+    include_str!("../migrations/0002_one_lease_index.sql"),
+];
 
 #[cfg(test)]
 mod tests {
