@@ -17,13 +17,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc rather than glibc's malloc: a job is a handful of small allocations made on one
-/// thread and freed on another, which glibc's arenas handle by locking and coalescing
-/// (a quarter of a memory-broker drain's samples). Libraries leave the choice to the
-/// application; this is the application.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Debug, Parser)]
 #[command(
     name = "hopper",
