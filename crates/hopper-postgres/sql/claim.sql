@@ -9,7 +9,24 @@
 -- The result is the claimed jobs (kind 0), then one row of kind 1 carrying the earliest
 -- run_at of a delayed job when fewer than $7 jobs were claimed, then one row of kind 2
 -- carrying how many jobs the reaper returned to pending, when there were any.
-WITH now AS (SELECT coalesce($3::bigint, {schema}.hopper_now_ms()) AS ms),
+--
+-- `levels`: each queue's priority levels among its pending jobs, highest first, one index
+-- descent each (a loose index scan). The claim and the next-due time read each level as a
+-- range of `run_at`, so they never walk over jobs delayed into the future: with 200,000
+-- delayed jobs and none due, a claim read all of them twice (34 ms per poll).
+WITH RECURSIVE now AS (SELECT coalesce($3::bigint, {schema}.hopper_now_ms()) AS ms),
+levels (queue, priority) AS (
+    SELECT b.queue,
+           (SELECT max(priority) FROM {schema}.hopper_jobs
+            WHERE state = 0 AND queue = b.queue)
+    FROM (SELECT DISTINCT queue FROM unnest($1::text[]) AS u(queue)) AS b
+    UNION ALL
+    SELECT l.queue,
+           (SELECT max(priority) FROM {schema}.hopper_jobs
+            WHERE state = 0 AND queue = l.queue AND priority < l.priority)
+    FROM levels AS l
+    WHERE l.priority IS NOT NULL
+),
 reaped AS (
     UPDATE {schema}.hopper_jobs AS t
     SET state = CASE WHEN t.attempt >= t.max_attempts THEN 3 ELSE 0 END,
@@ -30,11 +47,19 @@ picked AS MATERIALIZED (
     SELECT j.id
     FROM unnest($1::text[], $2::int[]) AS b(queue, n)
     CROSS JOIN LATERAL (
-        SELECT id FROM {schema}.hopper_jobs
-        WHERE state = 0 AND queue = b.queue AND run_at <= (SELECT ms FROM now)
-        ORDER BY priority DESC, run_at, id
+        SELECT x.id
+        FROM (SELECT priority FROM levels
+              WHERE levels.queue = b.queue AND levels.priority IS NOT NULL
+              ORDER BY priority DESC) AS l
+        CROSS JOIN LATERAL (
+            SELECT id FROM {schema}.hopper_jobs
+            WHERE state = 0 AND queue = b.queue AND priority = l.priority
+              AND run_at <= (SELECT ms FROM now)
+            ORDER BY run_at, id
+            LIMIT b.n
+            FOR UPDATE SKIP LOCKED
+        ) AS x
         LIMIT b.n
-        FOR UPDATE SKIP LOCKED
     ) AS j
 ),
 claimed AS (
@@ -57,11 +82,15 @@ FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1::smallint,
        (SELECT min(d.at)
-        FROM unnest($1::text[]) AS q(queue)
+        FROM levels AS l
         CROSS JOIN LATERAL (
-            SELECT min(run_at) AS at FROM {schema}.hopper_jobs
-            WHERE state = 0 AND queue = q.queue AND run_at > (SELECT ms FROM now)
-        ) AS d)
+            SELECT run_at AS at FROM {schema}.hopper_jobs
+            WHERE state = 0 AND queue = l.queue AND priority = l.priority
+              AND run_at > (SELECT ms FROM now)
+            ORDER BY run_at
+            LIMIT 1
+        ) AS d
+        WHERE l.priority IS NOT NULL)
 WHERE (SELECT count(*) FROM claimed) < $7::int
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2::smallint, count(*)

@@ -31,7 +31,7 @@ async fn explain(conn: &mut PgConnection, name: &str, statement: &str, args: &st
         .await
         .unwrap();
     let rows: Vec<(String,)> = sqlx::query_as(&format!(
-        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE {name}({args})"
+        "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) EXECUTE {name}({args})"
     ))
     .fetch_all(&mut *conn)
     .await
@@ -124,6 +124,79 @@ async fn claims_and_settlements_read_jobs_by_key_under_misleading_statistics() {
     assert_reads_by_key(&plan, "a settlement", "Index Scan using hopper_jobs_pkey");
     let left = leased_by(&mut conn, &schema, 7).await;
     assert_eq!(left, 1900, "100 of the 2,000 leased jobs were acked");
+    conn.close().await.unwrap();
+}
+
+/// The pages the whole statement read: the first (outermost) `Buffers:` line of `plan`.
+fn pages_read(plan: &str) -> u64 {
+    let line = plan
+        .lines()
+        .find(|l| l.trim().starts_with("Buffers: shared"))
+        .unwrap_or_else(|| panic!("no buffer counts in:\n{plan}"));
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter(|(k, _)| *k == "hit" || *k == "read")
+        .map(|(_, v)| v.parse::<u64>().unwrap())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_claim_reads_due_jobs_by_range_however_many_are_delayed() {
+    let schema = schema().await.schema;
+    let _cleanup = DropSchema(schema.clone());
+    let mut conn = PgConnection::connect(&url()).await.unwrap();
+    // 60,000 jobs delayed far into the future over three priorities, then 30 due jobs at
+    // priority 1 and 20 at priority 2.
+    let setup = format!(
+        "SET plan_cache_mode = force_generic_plan;
+         SET enable_seqscan = off;
+         INSERT INTO {schema}.hopper_jobs (queue, priority, run_at, max_attempts, payload, created_at)
+             SELECT 'q', i % 3, 9e15, 25, '\\x00'::bytea, 0 FROM generate_series(1, 60000) AS i;
+         INSERT INTO {schema}.hopper_jobs (queue, priority, run_at, max_attempts, payload, created_at)
+             SELECT 'q', 1 + i / 30, i, 25, '\\x00'::bytea, 0 FROM generate_series(0, 49) AS i;
+         VACUUM (ANALYZE) {schema}.hopper_jobs;"
+    );
+    for statement in setup.split_inclusive(';') {
+        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
+    }
+    let claim = rendered(include_str!("../../sql/claim.sql"), &schema);
+    sqlx::raw_sql(&format!("PREPARE claim AS {claim}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let run = |lease: i64| {
+        format!(
+            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) \
+             EXECUTE claim('{{q}}', '{{40}}', NULL, {lease}, 60000, false, 40)"
+        )
+    };
+    let plan: String = sqlx::query_scalar::<_, String>(&run(8))
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .join("\n");
+    // Highest priority first, then by run_at: the 20 of priority 2, then 20 of priority 1.
+    let by_priority: Vec<(i32, i64)> = sqlx::query_as(&format!(
+        "SELECT priority, count(*) FROM {schema}.hopper_jobs WHERE lease_id = 8
+         GROUP BY priority ORDER BY priority"
+    ))
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(by_priority, [(1, 20), (2, 20)], "{plan}");
+
+    // The next claim finds 10 due jobs and the next due time, among 60,000 delayed ones.
+    let plan: String = sqlx::query_scalar::<_, String>(&run(9))
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .join("\n");
+    assert_eq!(leased_by(&mut conn, &schema, 9).await, 10);
+    let pages = pages_read(&plan);
+    assert!(
+        pages < 150,
+        "a short claim read {pages} pages, walking the delayed jobs:\n{plan}"
+    );
     conn.close().await.unwrap();
 }
 
