@@ -73,18 +73,36 @@ pub(crate) fn fetch(
     let mut claim = conn.prepare_cached(sql::CLAIM_JOB)?;
     let mut jobs = Vec::new();
     let mut short = Vec::new();
+    let mut next_level = conn.prepare_cached(sql::NEXT_LEVEL)?;
     for budget in budgets.iter().filter(|b| b.limit > 0) {
-        let limit = i64::try_from(budget.limit).unwrap_or(i64::MAX);
-        let found = candidates
-            .query_map(params![budget.queue, now, limit], job_from_row)?
-            .collect::<rusqlite::Result<Vec<Job>>>()?;
         let mut taken = 0;
-        for mut job in found {
-            if claim.execute(params![job.id.0, lease.0, lease_expires])? == 1 {
-                job.attempt += 1;
-                job.lease = lease;
-                jobs.push(job);
-                taken += 1;
+        // Level by level, highest priority first, each read as a range of due jobs.
+        let mut above = i64::MAX;
+        while taken < budget.limit {
+            let Some(level): Option<i64> = next_level
+                .query_row(params![budget.queue, above], |row| row.get(0))
+                .optional()?
+            else {
+                break;
+            };
+            above = level;
+            let limit = i64::try_from(budget.limit - taken).unwrap_or(i64::MAX);
+            let found = candidates
+                .query_map(params![budget.queue, level, now, limit], job_from_row)?
+                .collect::<rusqlite::Result<Vec<Job>>>()?;
+            // A full level that came back short lost races to another process: stop
+            // there, as a lower level must not go ahead of this one's remaining jobs.
+            let exhausted = (found.len() as i64) < limit;
+            for mut job in found {
+                if claim.execute(params![job.id.0, lease.0, lease_expires])? == 1 {
+                    job.attempt += 1;
+                    job.lease = lease;
+                    jobs.push(job);
+                    taken += 1;
+                }
+            }
+            if !exhausted {
+                break;
             }
         }
         if taken < budget.limit {

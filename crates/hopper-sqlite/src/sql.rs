@@ -40,8 +40,11 @@ statements! {
     REAP_FINAL_ATTEMPTS = "reap_final_attempts.sql";
     /// Returns jobs whose lease expired to pending.
     REAP_EXPIRED_LEASES = "reap_expired_leases.sql";
-    /// The next due jobs of one queue, in fetch order: the candidates of a claim.
+    /// The next due jobs of one priority level of a queue, in fetch order: the candidates
+    /// of a claim.
     CLAIM_CANDIDATES = "claim_candidates.sql";
+    /// The next priority level down among a queue's pending jobs.
+    NEXT_LEVEL = "next_level.sql";
     /// Claims one job under a lease, only while it is still pending.
     CLAIM_JOB = "claim_job.sql";
     /// The earliest `run_at` after now among a queue's pending jobs.
@@ -130,6 +133,12 @@ mod tests {
             .unwrap();
         assert!(
             steps.iter().any(|s| s.contains("INDEX hopper_jobs_ready")),
+            "{steps:?}"
+        );
+        // A range of one priority level's due jobs, not the whole queue filtered by run_at:
+        // a claim never walks over jobs delayed into the future.
+        assert!(
+            steps.iter().any(|s| s.contains("priority=? AND run_at<?")),
             "{steps:?}"
         );
     }
