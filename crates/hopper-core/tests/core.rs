@@ -6,6 +6,7 @@ mod core {
     mod dispatch;
     mod fetching;
     mod pushed;
+    mod renewal;
     mod safety;
     mod suite;
     pub mod support;

@@ -972,7 +972,13 @@ impl EventLoop {
                 match result {
                     Ok(lost) => {
                         for lease in lost {
-                            self.lease_lost(lease);
+                            // A lease whose last job finished while the renewal was on its
+                            // way, settled before the renewal ran, is not lost: the broker
+                            // just holds nothing under it any more.
+                            if self.leases.contains_key(&lease) {
+                                st.leases_lost += 1;
+                                self.lease_lost(lease);
+                            }
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "lease renewal failed; retrying"),

@@ -37,6 +37,9 @@ pub struct WorkerStats {
     pub cancelled: u64,
     /// Settlement round trips made.
     pub settle_calls: u64,
+    /// Leases the broker reported lost (expired, or taken over after expiring) while this
+    /// worker still held jobs under them; their unstarted jobs were dropped.
+    pub leases_lost: u64,
     /// Pool tasks alive now.
     pub pool_tasks: usize,
     /// Pool tasks alive and idle now.

@@ -3,7 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{Broker, Clock, MemoryBroker, NewJob, WorkerHandle, WorkerStats};
+use async_trait::async_trait;
+use hopper_core::{
+    Broker, CancelOutcome, Capabilities, Clock, FetchRequest, Fetched, JobId, JobRecord, LeaseId,
+    MemoryBroker, NewJob, QueueCounts, Result, SettleReport, Settlement, WorkerHandle, WorkerStats,
+};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// A memory broker on tokio's clock, so leases and delays follow paused time.
@@ -34,5 +39,90 @@ pub async fn wait_for(worker: &WorkerHandle, done: impl Fn(&WorkerStats) -> bool
             "condition not reached; stats: {s:#?}"
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// How [`Remote`] answers a lease renewal.
+#[derive(Debug, Clone)]
+pub enum Renewal {
+    /// As the memory broker does.
+    Real,
+    /// Every lease is lost, at once.
+    LostNow,
+    /// Every lease is lost, answered only after the next settlement went through: what a
+    /// SQL broker answers when a lease's last job was settled on another connection while
+    /// the renewal was on its way.
+    LostAfterSettle(Arc<Notify>),
+}
+
+/// The memory broker behind a fixed round trip on every fetch, and saying it is not
+/// in-process: what a SQL broker looks like to the worker, on tokio's paused clock.
+#[derive(Debug)]
+pub struct Remote {
+    pub inner: MemoryBroker,
+    pub rtt: Duration,
+    pub renewal: Renewal,
+}
+
+impl Remote {
+    pub fn new(rtt: Duration) -> Remote {
+        Remote {
+            inner: MemoryBroker::with_clock(Clock::tokio()),
+            rtt,
+            renewal: Renewal::Real,
+        }
+    }
+}
+
+#[async_trait]
+impl Broker for Remote {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            name: "remote",
+            in_process: false,
+            ..self.inner.capabilities()
+        }
+    }
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        self.inner.enqueue(jobs).await
+    }
+    async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
+        tokio::time::sleep(self.rtt).await;
+        self.inner.fetch(request).await
+    }
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        let report = self.inner.settle(settlements).await;
+        if let Renewal::LostAfterSettle(settled) = &self.renewal {
+            settled.notify_one();
+        }
+        report
+    }
+    async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
+        match &self.renewal {
+            Renewal::Real => self.inner.renew(leases, ttl).await,
+            Renewal::LostNow => Ok(leases.to_vec()),
+            Renewal::LostAfterSettle(settled) => {
+                settled.notified().await;
+                Ok(leases.to_vec())
+            }
+        }
+    }
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        self.inner.cancel(id).await
+    }
+    async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        self.inner.job(id).await
+    }
+    async fn counts(&self, queue: &str) -> Result<QueueCounts> {
+        self.inner.counts(queue).await
+    }
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
+        self.inner.dead_letters(queue, limit).await
+    }
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        self.inner.purge(queue).await
+    }
+    fn wake_signal(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.wake_signal()
     }
 }

@@ -6,65 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use hopper_core::{
-    Broker, CancelOutcome, Capabilities, FetchRequest, Fetched, JobContext, JobId, JobRecord,
-    LeaseId, MemoryBroker, NewJob, Prefetch, QueueCounts, QueueOptions, Result, SettleReport,
-    Settlement, Worker,
-};
+use hopper_core::{Broker, JobContext, NewJob, Prefetch, QueueOptions, Worker};
 use tokio::time::Instant;
 
-use super::support::wait_for;
-
-/// The memory broker behind a fixed round trip on every fetch, and saying it is not
-/// in-process: what a SQL broker looks like to the worker, on tokio's paused clock.
-#[derive(Debug)]
-struct Remote {
-    inner: MemoryBroker,
-    rtt: Duration,
-}
-
-#[async_trait]
-impl Broker for Remote {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            name: "remote",
-            in_process: false,
-            ..self.inner.capabilities()
-        }
-    }
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        self.inner.enqueue(jobs).await
-    }
-    async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
-        tokio::time::sleep(self.rtt).await;
-        self.inner.fetch(request).await
-    }
-    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
-        self.inner.settle(settlements).await
-    }
-    async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
-        self.inner.renew(leases, ttl).await
-    }
-    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
-        self.inner.cancel(id).await
-    }
-    async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
-        self.inner.job(id).await
-    }
-    async fn counts(&self, queue: &str) -> Result<QueueCounts> {
-        self.inner.counts(queue).await
-    }
-    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
-        self.inner.dead_letters(queue, limit).await
-    }
-    async fn purge(&self, queue: &str) -> Result<u64> {
-        self.inner.purge(queue).await
-    }
-    fn wake_signal(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        self.inner.wake_signal()
-    }
-}
+use super::support::{Remote, wait_for};
 
 /// The fetch round trip.
 const RTT: Duration = Duration::from_millis(20);
@@ -73,10 +18,7 @@ const RTT: Duration = Duration::from_millis(20);
 /// prefetch slots over a 20 ms round trip. Returns the fetch sizes and when the jobs
 /// finished, in order of completion, measured from the start of the drain.
 async fn drain(durations_us: &[u64]) -> (Vec<u32>, Vec<Duration>) {
-    let broker: Arc<dyn Broker> = Arc::new(Remote {
-        inner: MemoryBroker::with_clock(hopper_core::Clock::tokio()),
-        rtt: RTT,
-    });
+    let broker: Arc<dyn Broker> = Arc::new(Remote::new(RTT));
     let jobs = durations_us
         .iter()
         .map(|us| NewJob::json("q", us).unwrap())
