@@ -1,6 +1,6 @@
 -- One priority level's due jobs of a queue, in fetch order: a range of the ready index, so
 -- jobs delayed into the future are never walked over. INDEXED BY: without statistics the
--- planner may prefer the range on run_at in hopper_jobs_due and sort every due job.
+-- planner may prefer another index and sort every due job.
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at, lease_id
 FROM hopper_jobs INDEXED BY hopper_jobs_ready
 WHERE state = 0 AND queue = ?1 AND priority = ?2 AND run_at <= ?3

@@ -1,1 +1,7 @@
-SELECT MIN(run_at) FROM hopper_jobs WHERE state = 0 AND queue = ?1 AND run_at > ?2
+-- The earliest run_at after now among one priority level's pending jobs of a queue: the
+-- first entry past now in that level's range of the ready index.
+SELECT run_at
+FROM hopper_jobs INDEXED BY hopper_jobs_ready
+WHERE state = 0 AND queue = ?1 AND priority = ?2 AND run_at > ?3
+ORDER BY run_at
+LIMIT 1

@@ -115,11 +115,20 @@ pub(crate) fn fetch(
     if !short.is_empty() {
         let mut due = conn.prepare_cached(sql::NEXT_DUE)?;
         for queue in short {
-            let at: Option<Millis> = due.query_row(params![queue, now], |row| row.get(0))?;
-            next_due = match (next_due, at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let mut above = i64::MAX;
+            while let Some(level) = next_level
+                .query_row(params![queue, above], |row| row.get::<_, i64>(0))
+                .optional()?
+            {
+                above = level;
+                let at: Option<Millis> = due
+                    .query_row(params![queue, level, now], |row| row.get(0))
+                    .optional()?;
+                next_due = match (next_due, at) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
         }
     }
     Ok(Claimed { jobs, next_due })

@@ -47,7 +47,7 @@ statements! {
     NEXT_LEVEL = "next_level.sql";
     /// Claims one job under a lease, only while it is still pending.
     CLAIM_JOB = "claim_job.sql";
-    /// The earliest `run_at` after now among a queue's pending jobs.
+    /// The earliest `run_at` after now among one priority level of a queue's pending jobs.
     NEXT_DUE = "next_due.sql";
     /// Removes an acknowledged job held under the named lease.
     SETTLE_ACK = "settle_ack.sql";
