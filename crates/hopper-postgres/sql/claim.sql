@@ -48,9 +48,12 @@ picked AS MATERIALIZED (
     FROM unnest($1::text[], $2::int[]) AS b(queue, n)
     CROSS JOIN LATERAL (
         SELECT x.id
+        -- No ORDER BY: `levels` yields each queue's levels highest first (each step of the
+        -- recursion finds the next one down), and a sort would compute every level of the
+        -- queue before the first claim; unsorted, the levels are found only until the
+        -- budget is filled, usually one.
         FROM (SELECT priority FROM levels
-              WHERE levels.queue = b.queue AND levels.priority IS NOT NULL
-              ORDER BY priority DESC) AS l
+              WHERE levels.queue = b.queue AND levels.priority IS NOT NULL) AS l
         CROSS JOIN LATERAL (
             SELECT id FROM {schema}.hopper_jobs
             WHERE state = 0 AND queue = b.queue AND priority = l.priority

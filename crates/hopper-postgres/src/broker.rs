@@ -45,6 +45,9 @@ const PLANNING: [(&str, &str); 2] = [
 /// vacuum's duration it waits at least, so vacuuming takes at most a tenth of the time.
 const VACUUM_MIN_GAP: Duration = Duration::from_secs(1);
 const VACUUM_GAP_FACTOR: u32 = 10;
+/// How long a vacuum may take before the broker gives up on it (and its connection), so a
+/// vacuum that never answers does not stop the next ones.
+const VACUUM_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The PostgreSQL broker. Cheap to clone: clones share connections and wake-ups.
 #[derive(Debug, Clone)]
@@ -251,15 +254,24 @@ impl PgBroker {
         let result = match self.inner.vacuum.get().await {
             Ok(mut held) => {
                 // Unprepared: a VACUUM is run once in a while, never cached.
-                let done = sqlx::query(&self.inner.sql.vacuum)
+                let run = sqlx::query(&self.inner.sql.vacuum)
                     .persistent(false)
-                    .execute(held.conn())
-                    .await;
-                if let Err(e) = &done {
-                    held.check(e);
+                    .execute(held.conn());
+                match tokio::time::timeout(VACUUM_TIMEOUT, run).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => {
+                        held.check(&e);
+                        Err(Error::broker("vacuuming the jobs table", e))
+                    }
+                    Err(_) => {
+                        // The statement may still be running: the connection is dropped,
+                        // and with it the server's session.
+                        held.discard();
+                        Err(Error::broker_msg(format!(
+                            "vacuuming the jobs table: no answer in {VACUUM_TIMEOUT:?}"
+                        )))
+                    }
                 }
-                done.map(drop)
-                    .map_err(|e| Error::broker("vacuuming the jobs table", e))
             }
             Err(e) => Err(e),
         };

@@ -40,6 +40,11 @@ impl Held<'_> {
         self.slot.as_mut().expect("connected when handed out")
     }
 
+    /// Drops the connection, so the next call reconnects.
+    pub(crate) fn discard(&mut self) {
+        *self.slot = None;
+    }
+
     /// Drops the connection if `e` says it is broken, so the next call reconnects.
     pub(crate) fn check(&mut self, e: &sqlx::Error) {
         if is_connection_error(e) {

@@ -200,6 +200,50 @@ async fn a_claim_reads_due_jobs_by_range_however_many_are_delayed() {
     conn.close().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_claim_looks_up_only_the_priority_levels_it_takes_from() {
+    let schema = schema().await.schema;
+    let _cleanup = DropSchema(schema.clone());
+    let mut conn = PgConnection::connect(&url()).await.unwrap();
+    // 20,000 due jobs, each at a priority of its own.
+    let setup = format!(
+        "SET plan_cache_mode = force_generic_plan;
+         SET enable_seqscan = off;
+         INSERT INTO {schema}.hopper_jobs (queue, priority, run_at, max_attempts, payload, created_at)
+             SELECT 'q', i, 0, 25, '\\x00'::bytea, 0 FROM generate_series(1, 20000) AS i;
+         VACUUM (ANALYZE) {schema}.hopper_jobs;"
+    );
+    for statement in setup.split_inclusive(';') {
+        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
+    }
+    let claim = rendered(include_str!("../../sql/claim.sql"), &schema);
+    let plan = explain(
+        &mut conn,
+        "claim",
+        &claim,
+        "'{q}', '{100}', NULL, 8, 60000, false, 100",
+    )
+    .await;
+    let top: (i64, i32, i32) = sqlx::query_as(&format!(
+        "SELECT count(*), min(priority), max(priority) FROM {schema}.hopper_jobs
+         WHERE lease_id = 8"
+    ))
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(top, (100, 19_901, 20_000), "the 100 highest priorities");
+    // One level looked up per job taken, not the 20,000 levels of the queue.
+    let levels = plan
+        .lines()
+        .find(|l| l.contains("Recursive Union"))
+        .and_then(|l| l.split("rows=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no level lookup in:\n{plan}"));
+    assert!(levels <= 101, "{levels} levels looked up:\n{plan}");
+    conn.close().await.unwrap();
+}
+
 /// How many times the jobs table of `schema` was vacuumed other than by autovacuum.
 async fn vacuums(conn: &mut PgConnection, schema: &str) -> i64 {
     sqlx::query_scalar(
