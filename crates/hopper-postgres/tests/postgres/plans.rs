@@ -140,25 +140,38 @@ fn pages_read(plan: &str) -> u64 {
         .sum()
 }
 
+/// A fresh schema whose jobs table holds `rows`: `(priority, run_at, how many)`, each
+/// group's priorities and times given as SQL over `i` (1..=how many); vacuumed and analyzed.
+/// Returns the schema (dropped with the guard) and a connection planning as the broker's do.
+async fn filled(rows: &[(&str, &str, u32)]) -> (String, DropSchema, PgConnection) {
+    let schema = schema().await.schema;
+    let guard = DropSchema(schema.clone());
+    let mut conn = PgConnection::connect(&url()).await.unwrap();
+    let mut setup = vec![
+        "SET plan_cache_mode = force_generic_plan".to_owned(),
+        "SET enable_seqscan = off".to_owned(),
+    ];
+    for (priority, run_at, n) in rows {
+        setup.push(format!(
+            "INSERT INTO {schema}.hopper_jobs
+                 (queue, priority, run_at, max_attempts, payload, created_at)
+             SELECT 'q', {priority}, {run_at}, 25, '\\x00'::bytea, 0
+             FROM generate_series(1, {n}) AS i"
+        ));
+    }
+    setup.push(format!("VACUUM (ANALYZE) {schema}.hopper_jobs"));
+    for statement in setup {
+        sqlx::raw_sql(&statement).execute(&mut conn).await.unwrap();
+    }
+    (schema, guard, conn)
+}
+
 #[tokio::test]
 async fn a_claim_reads_due_jobs_by_range_however_many_are_delayed() {
-    let schema = schema().await.schema;
-    let _cleanup = DropSchema(schema.clone());
-    let mut conn = PgConnection::connect(&url()).await.unwrap();
     // 60,000 jobs delayed far into the future over three priorities, then 30 due jobs at
     // priority 1 and 20 at priority 2.
-    let setup = format!(
-        "SET plan_cache_mode = force_generic_plan;
-         SET enable_seqscan = off;
-         INSERT INTO {schema}.hopper_jobs (queue, priority, run_at, max_attempts, payload, created_at)
-             SELECT 'q', i % 3, 9e15, 25, '\\x00'::bytea, 0 FROM generate_series(1, 60000) AS i;
-         INSERT INTO {schema}.hopper_jobs (queue, priority, run_at, max_attempts, payload, created_at)
-             SELECT 'q', 1 + i / 30, i, 25, '\\x00'::bytea, 0 FROM generate_series(0, 49) AS i;
-         VACUUM (ANALYZE) {schema}.hopper_jobs;"
-    );
-    for statement in setup.split_inclusive(';') {
-        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
-    }
+    let (schema, _cleanup, mut conn) =
+        filled(&[("i % 3", "9e15", 60_000), ("1", "i", 30), ("2", "i", 20)]).await;
     let claim = rendered(include_str!("../../sql/claim.sql"), &schema);
     sqlx::raw_sql(&format!("PREPARE claim AS {claim}"))
         .execute(&mut conn)
@@ -202,20 +215,8 @@ async fn a_claim_reads_due_jobs_by_range_however_many_are_delayed() {
 
 #[tokio::test]
 async fn a_claim_looks_up_only_the_priority_levels_it_takes_from() {
-    let schema = schema().await.schema;
-    let _cleanup = DropSchema(schema.clone());
-    let mut conn = PgConnection::connect(&url()).await.unwrap();
     // 20,000 due jobs, each at a priority of its own.
-    let setup = format!(
-        "SET plan_cache_mode = force_generic_plan;
-         SET enable_seqscan = off;
-         INSERT INTO {schema}.hopper_jobs (queue, priority, run_at, max_attempts, payload, created_at)
-             SELECT 'q', i, 0, 25, '\\x00'::bytea, 0 FROM generate_series(1, 20000) AS i;
-         VACUUM (ANALYZE) {schema}.hopper_jobs;"
-    );
-    for statement in setup.split_inclusive(';') {
-        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
-    }
+    let (schema, _cleanup, mut conn) = filled(&[("i", "0", 20_000)]).await;
     let claim = rendered(include_str!("../../sql/claim.sql"), &schema);
     let plan = explain(
         &mut conn,
