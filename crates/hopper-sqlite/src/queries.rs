@@ -193,18 +193,18 @@ pub(crate) fn renew(
     expires: Millis,
     now: Millis,
 ) -> rusqlite::Result<Vec<LeaseId>> {
+    let ids: Vec<i64> = leases.iter().map(|l| l.0).collect();
+    let ids = serde_json::to_string(&ids).expect("a list of integers is valid JSON");
     let mut renew = conn.prepare_cached(sql::RENEW_LEASE)?;
-    let mut lost = Vec::new();
+    let renewed = renew
+        .query_map(params![ids, expires, now], |row| row.get::<_, i64>(0))?
+        .collect::<rusqlite::Result<HashSet<i64>>>()?;
     let mut seen = HashSet::with_capacity(leases.len());
-    for &lease in leases {
-        if !seen.insert(lease) {
-            continue;
-        }
-        if renew.execute(params![lease.0, expires, now])? == 0 {
-            lost.push(lease);
-        }
-    }
-    Ok(lost)
+    Ok(leases
+        .iter()
+        .copied()
+        .filter(|l| seen.insert(*l) && !renewed.contains(&l.0))
+        .collect())
 }
 
 /// Cancels a pending job, or says who holds it.

@@ -59,7 +59,7 @@ statements! {
     SETTLE_RELEASE = "settle_release.sql";
     /// Cancels a job held under the named lease.
     SETTLE_CANCEL = "settle_cancel.sql";
-    /// Extends a lease that has not expired yet.
+    /// Extends the leases, of a JSON list, that have not expired yet.
     RENEW_LEASE = "renew_lease.sql";
     /// Cancels a job if it is still pending.
     CANCEL_PENDING = "cancel_pending.sql";
