@@ -128,7 +128,16 @@ impl PgBroker {
                 .map_err(db_err("reading the schema version"))?;
             check_version(found, &options.schema, &parsed.shown)?;
         }
-        let vacuum = Connections::new(parsed.options.clone(), parsed.shown.clone(), 1);
+        // Warnings stay on the server: one is sent whenever another broker's vacuum holds
+        // the table and this one skips it, which is the point of SKIP_LOCKED.
+        let vacuum = Connections::new(
+            parsed
+                .options
+                .clone()
+                .options([("client_min_messages", "error")]),
+            parsed.shown.clone(),
+            1,
+        );
         let channel = format!("hopper.{}", options.schema);
         let wake = watch::channel(0).0;
         let listener = options.listen.then(|| {
@@ -239,6 +248,9 @@ impl PgBroker {
             return;
         };
         let pace = &self.inner.vacuum_pace;
+        if pace.denied.load(Ordering::Relaxed) {
+            return;
+        }
         let since = pace.claimed.fetch_add(claimed as u64, Ordering::Relaxed) + claimed as u64;
         if since < after || !pace.not_before_passed() || pace.running.swap(true, Ordering::AcqRel) {
             return;
@@ -253,6 +265,13 @@ impl PgBroker {
         let started = Instant::now();
         let result = match self.inner.vacuum.get().await {
             Ok(mut held) => {
+                if !self.vacuum_allowed(&mut held).await {
+                    drop(held);
+                    let pace = &self.inner.vacuum_pace;
+                    pace.denied.store(true, Ordering::Relaxed);
+                    pace.running.store(false, Ordering::Release);
+                    return;
+                }
                 // Unprepared: a VACUUM is run once in a while, never cached.
                 let run = sqlx::query(&self.inner.sql.vacuum)
                     .persistent(false)
@@ -286,6 +305,34 @@ impl PgBroker {
         pace.running.store(false, Ordering::Release);
     }
 
+    /// Whether this broker's role may vacuum the jobs table, asked once per broker. When it
+    /// may not, says so once and leaves the table to autovacuum; an error asking counts as
+    /// allowed (the vacuum itself then reports it).
+    async fn vacuum_allowed(&self, held: &mut Held<'_>) -> bool {
+        if self.inner.vacuum_pace.checked.swap(true, Ordering::Relaxed) {
+            return true;
+        }
+        match sqlx::query_scalar::<_, bool>(&self.inner.sql.vacuum_allowed)
+            .persistent(false)
+            .fetch_one(held.conn())
+            .await
+        {
+            Ok(true) => true,
+            Ok(false) => {
+                tracing::warn!(
+                    schema = %self.inner.options.schema,
+                    "this role does not own the jobs table, so it cannot vacuum it: \
+                     vacuuming is left to autovacuum (PgOptions::vacuum_after)"
+                );
+                false
+            }
+            Err(e) => {
+                held.check(&e);
+                true
+            }
+        }
+    }
+
     /// Prunes completed jobs past their retention, when that is due.
     async fn prune(&self, conn: &mut PgConnection, now_hint: Millis) -> Result<()> {
         if let Some(keep) = self.inner.options.keep_completed {
@@ -315,6 +362,9 @@ impl PgBroker {
 struct VacuumPace {
     claimed: AtomicU64,
     running: AtomicBool,
+    /// Whether the role's right to vacuum was asked, and the answer was no.
+    checked: AtomicBool,
+    denied: AtomicBool,
     not_before: std::sync::Mutex<Option<Instant>>,
 }
 

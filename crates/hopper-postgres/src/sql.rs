@@ -33,6 +33,7 @@ statements!(
     purge,
     prune_completed,
     vacuum,
+    vacuum_allowed,
 );
 
 /// A statement for `schema`: its text is the key of each connection's prepared-statement
