@@ -79,10 +79,7 @@ pub(crate) fn fetch(
         // Level by level, highest priority first, each read as a range of due jobs.
         let mut above = i64::MAX;
         while taken < budget.limit {
-            let Some(level): Option<i64> = next_level
-                .query_row(params![budget.queue, above], |row| row.get(0))
-                .optional()?
-            else {
+            let Some(level) = level_below(&mut next_level, &budget.queue, above)? else {
                 break;
             };
             above = level;
@@ -116,10 +113,7 @@ pub(crate) fn fetch(
         let mut due = conn.prepare_cached(sql::NEXT_DUE)?;
         for queue in short {
             let mut above = i64::MAX;
-            while let Some(level) = next_level
-                .query_row(params![queue, above], |row| row.get::<_, i64>(0))
-                .optional()?
-            {
+            while let Some(level) = level_below(&mut next_level, queue, above)? {
                 above = level;
                 let at: Option<Millis> = due
                     .query_row(params![queue, level, now], |row| row.get(0))
@@ -132,6 +126,18 @@ pub(crate) fn fetch(
         }
     }
     Ok(Claimed { jobs, next_due })
+}
+
+/// The highest priority below `above` among `queue`'s pending jobs (`NEXT_LEVEL`): one
+/// step of the walk over a queue's priority levels, highest first.
+fn level_below(
+    next_level: &mut rusqlite::CachedStatement<'_>,
+    queue: &str,
+    above: i64,
+) -> rusqlite::Result<Option<i64>> {
+    next_level
+        .query_row(params![queue, above], |row| row.get(0))
+        .optional()
 }
 
 /// Returns jobs whose lease expired to their queue, dead-lettering those that were on
