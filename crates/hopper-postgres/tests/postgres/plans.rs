@@ -84,19 +84,15 @@ fn rendered(template: &str, schema: &str) -> String {
 
 #[tokio::test]
 async fn claims_and_settlements_read_jobs_by_key_under_misleading_statistics() {
-    let schema = schema().await.schema;
-    let _cleanup = DropSchema(schema.clone());
-    let mut conn = PgConnection::connect(&url()).await.unwrap();
-    let setup = format!(
-        "SET plan_cache_mode = force_generic_plan;
-         SET enable_seqscan = off;
-         INSERT INTO {schema}.hopper_jobs (queue, run_at, max_attempts, payload, created_at)
-             SELECT 'q', 0, 25, '\\x00'::bytea, 0 FROM generate_series(1, 20000);
-         ANALYZE {schema}.hopper_jobs;
-         UPDATE {schema}.hopper_jobs SET state = 1, lease_id = 7, lease_expires = 9e15
-             WHERE id <= 2000;"
-    );
-    sqlx::raw_sql(&setup).execute(&mut conn).await.unwrap();
+    // Statistics taken while no job was leased, then 2,000 of the 20,000 jobs leased.
+    let (schema, _cleanup, mut conn) = filled(&[("0", "0", 20_000)]).await;
+    sqlx::raw_sql(&format!(
+        "UPDATE {schema}.hopper_jobs SET state = 1, lease_id = 7, lease_expires = 9e15
+         WHERE id <= 2000"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
 
     let claim = rendered(include_str!("../../sql/claim.sql"), &schema);
     let plan = explain(
