@@ -20,8 +20,8 @@ use hopper_core::{
 };
 use lapin::BasicProperties;
 use lapin::options::{
-    BasicAckOptions, BasicNackOptions, BasicPublishOptions, BasicRejectOptions,
-    QueueDeclareOptions, QueuePurgeOptions,
+    BasicNackOptions, BasicPublishOptions, BasicRejectOptions, QueueDeclareOptions,
+    QueuePurgeOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation};
@@ -29,7 +29,7 @@ use tokio::sync::watch;
 
 use crate::conn::{Link, amqp_err, is_not_found};
 use crate::options::{AmqpOptions, validate_window};
-use crate::subscription::Subscription;
+use crate::subscription::{Subscription, send_acks};
 use crate::topology::{Topology, dead_queue, retry_bucket};
 use crate::wire;
 
@@ -296,7 +296,7 @@ impl AmqpBroker {
     /// dead letters by a confirmed copy first, then every acknowledgement grouped.
     async fn settle_on(
         &self,
-        sub: &Subscription,
+        sub: &Arc<Subscription>,
         items: Vec<(Settlement, u64)>,
         report: &mut SettleReport,
     ) -> Result<()> {
@@ -464,36 +464,18 @@ impl AmqpBroker {
             }
         }
 
-        // Acknowledgements: everything acked below the lowest delivery still unsettled goes
-        // in one `multiple` ack; the rest one by one. A delivery whose handler has not
-        // finished is still unsettled, so no `multiple` ever covers it.
-        if !acks.is_empty() {
-            acks.sort_unstable_by_key(|&(_, tag)| tag);
-            let low = {
-                let mut st = sub.state();
-                for (_, tag) in &acks {
-                    st.unsettled.remove(tag);
-                }
-                st.unsettled.keys().next().copied().unwrap_or(u64::MAX)
-            };
-            let split = acks.partition_point(|&(_, tag)| tag < low);
-            let mut frames = Vec::new();
-            if split > 0 {
-                frames.push((acks[split - 1].1, true, &acks[..split]));
-            }
-            for i in split..acks.len() {
-                frames.push((acks[i].1, false, &acks[i..=i]));
-            }
-            let sends = frames
-                .iter()
-                .map(|&(tag, multiple, _)| channel.basic_ack(tag, BasicAckOptions { multiple }));
-            for (r, (_, _, covered)) in join_all(sends).await.into_iter().zip(&frames) {
-                match r {
-                    Ok(()) => report.applied += covered.len(),
-                    Err(_) => report.fenced.extend(covered.iter().map(|(id, _)| *id)),
-                }
-            }
+        // Acknowledgements (see `acks`): those below the lowest delivery still unsettled
+        // go in one `multiple` frame; those above it are held until it settles, so a
+        // delivery whose handler has not finished is never covered. Held acks count as
+        // applied: the frame that carries them is this channel's to send.
+        let tags: Vec<u64> = acks.iter().map(|&(_, tag)| tag).collect();
+        let frames = sub.state().plan_acks(&tags, false);
+        if send_acks(&channel, &frames).await.is_ok() {
+            report.applied += acks.len();
+        } else {
+            report.fenced.extend(acks.iter().map(|&(id, _)| id));
         }
+        sub.send_held_acks_when_due();
         match failed {
             Some(e) => Err(e),
             None => Ok(()),

@@ -30,6 +30,8 @@ pub(crate) struct Link {
     name: Option<String>,
     confirms: bool,
     pub(crate) backoff: (Duration, Duration),
+    /// [`AmqpOptions::ack_hold`].
+    pub(crate) ack_hold: Duration,
     current: Mutex<Option<Arc<Connection>>>,
     /// The channel publishes go through, in confirm mode unless confirms are off. One is
     /// enough: publishes are pipelined on it and confirmed together.
@@ -51,6 +53,7 @@ impl Link {
             name: options.connection_name.clone(),
             confirms: options.confirms,
             backoff: (options.reconnect_min, options.reconnect_max),
+            ack_hold: options.ack_hold,
             current: Mutex::new(None),
             publisher: Mutex::new(None),
             closed: AtomicBool::new(false),

@@ -20,8 +20,10 @@
 //!   retry queues always, and the retry buckets.
 //! - [`wire`]: the message format: properties, headers, ids.
 //! - `subscription`: one channel and consumer per queue and the task feeding its buffer;
-//!   `conn`: the connection, its reconnection and the confirm channel.
+//!   `acks`: which acknowledgements it sends now and which it holds for one `multiple`
+//!   frame; `conn`: the connection, its reconnection and the confirm channel.
 
+mod acks;
 pub mod broker;
 mod conn;
 pub mod options;

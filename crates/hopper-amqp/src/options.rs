@@ -125,7 +125,16 @@ pub struct AmqpOptions {
     pub reconnect_max: Duration,
     /// The name the connections show in RabbitMQ's management (`connection_name`).
     pub connection_name: Option<String>,
+    /// The longest a finished job's ack may wait (default 100 ms) for the delivery below
+    /// it to settle, so that one `basic.ack` with `multiple` covers both: an ack frame
+    /// costs the server far more than a delivery. Held acks are sent one by one once they
+    /// reach half the window or wait this long; a connection lost meanwhile runs those jobs
+    /// again. Zero sends every ack at once. At most [`MAX_ACK_HOLD`].
+    pub ack_hold: Duration,
 }
+
+/// The longest [`AmqpOptions::ack_hold`] allowed.
+pub const MAX_ACK_HOLD: Duration = Duration::from_secs(10);
 
 impl Default for AmqpOptions {
     fn default() -> Self {
@@ -138,6 +147,7 @@ impl Default for AmqpOptions {
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
             connection_name: None,
+            ack_hold: Duration::from_millis(100),
         }
     }
 }
@@ -191,13 +201,19 @@ impl AmqpOptions {
         self
     }
 
+    /// Sets [`ack_hold`](Self::ack_hold).
+    pub fn ack_hold(mut self, hold: Duration) -> Self {
+        self.ack_hold = hold;
+        self
+    }
+
     /// The settings of `queue`.
     pub fn settings(&self, queue: &str) -> &QueueSettings {
         self.queues.get(queue).unwrap_or(&self.default_queue)
     }
 
     /// Reads Hopper's settings from an `amqp://` URL's query (`prefetch`, `declare`,
-    /// `queue_type`, `confirms`) over these options; other keys are left to lapin
+    /// `queue_type`, `confirms`, `ack_hold_ms`) over these options; other keys are left to lapin
     /// (`heartbeat`, `frame_max`, `connection_timeout`, …).
     pub fn with_url_settings(mut self, url: &str) -> Result<Self, ConfigError> {
         let Some((_, query)) = url.split_once('?') else {
@@ -220,6 +236,12 @@ impl AmqpOptions {
                 "declare" => self.declare = flag("declare", value)?,
                 "confirms" => self.confirms = flag("confirms", value)?,
                 "queue_type" => self.default_queue.kind = value.parse()?,
+                "ack_hold_ms" => {
+                    let ms = value
+                        .parse::<u64>()
+                        .map_err(|_| ConfigError::new("ack_hold_ms", value, ack_hold_allowed()))?;
+                    self.ack_hold = Duration::from_millis(ms);
+                }
                 _ => {}
             }
         }
@@ -233,6 +255,13 @@ impl AmqpOptions {
         for name in self.queues.keys() {
             validate_queue_name(name)?;
         }
+        if self.ack_hold > MAX_ACK_HOLD {
+            return Err(ConfigError::new(
+                "ack_hold",
+                format!("{:?}", self.ack_hold),
+                ack_hold_allowed(),
+            ));
+        }
         if self.reconnect_min.is_zero() || self.reconnect_max < self.reconnect_min {
             return Err(ConfigError::new(
                 "reconnect",
@@ -242,6 +271,13 @@ impl AmqpOptions {
         }
         Ok(())
     }
+}
+
+fn ack_hold_allowed() -> String {
+    format!(
+        "0 to {} ms (0 sends every ack at once)",
+        MAX_ACK_HOLD.as_millis()
+    )
 }
 
 /// A window is a non-zero 16-bit count: `basic.qos` with 0 would mean "no limit", which is
@@ -284,5 +320,27 @@ mod tests {
             "invalid prefetch `0`: allowed: 1..=65535 (leave it unset for no limit)"
         );
         assert!(validate_window("prefetch", 70_000).is_err());
+    }
+
+    #[test]
+    fn the_ack_hold_is_read_from_the_url_and_bounded() {
+        assert_eq!(AmqpOptions::new().ack_hold, Duration::from_millis(100));
+        let o = AmqpOptions::new()
+            .with_url_settings("amqp://h/%2f?ack_hold_ms=0")
+            .unwrap();
+        assert_eq!(o.ack_hold, Duration::ZERO);
+        o.validate().unwrap();
+        let e = AmqpOptions::new()
+            .with_url_settings("amqp://h?ack_hold_ms=soon")
+            .unwrap_err();
+        assert_eq!(e.setting, "ack_hold_ms");
+        let e = AmqpOptions::new()
+            .ack_hold(Duration::from_secs(11))
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid ack_hold `11s`: allowed: 0 to 10000 ms (0 sends every ack at once)"
+        );
     }
 }

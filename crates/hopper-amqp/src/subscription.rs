@@ -11,16 +11,17 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use hopper_core::{Job, Result};
 use lapin::message::Delivery;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Consumer};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::acks::{AckFrames, HeldAcks, hold_limit};
 use crate::conn::{SharedLink, amqp_err};
 use crate::options::QueueKind;
 use crate::wire;
@@ -47,6 +48,24 @@ pub(crate) struct SubState {
     pub(crate) unsettled: BTreeMap<u64, Held>,
     /// The window the consumer runs under (`None`: no `basic.qos`).
     pub(crate) window: Option<u16>,
+    /// Acks of the open channel settled here and not sent yet (see [`crate::acks`]).
+    pub(crate) held_acks: HeldAcks,
+    /// A task is waiting to send the held acks once they are due.
+    pub(crate) held_acks_timer: bool,
+}
+
+impl SubState {
+    /// Removes `acked` from the unsettled deliveries and says which ack frames to send now
+    /// (every held one when `flush`); the rest stay held.
+    pub(crate) fn plan_acks(&mut self, acked: &[u64], flush: bool) -> AckFrames {
+        for tag in acked {
+            self.unsettled.remove(tag);
+        }
+        let low = self.unsettled.keys().next().copied().unwrap_or(u64::MAX);
+        let limit = hold_limit(self.window);
+        self.held_acks
+            .plan(acked.iter().copied(), low, limit, Instant::now(), flush)
+    }
 }
 
 enum Cmd {
@@ -84,6 +103,7 @@ impl Subscription {
             kind,
             state: Mutex::new(SubState {
                 window,
+                held_acks: HeldAcks::new(link.ack_hold),
                 ..SubState::default()
             }),
             settling: tokio::sync::Mutex::new(()),
@@ -158,7 +178,64 @@ impl Subscription {
         st.channel = None;
         st.buffer.clear();
         st.unsettled.clear();
+        st.held_acks.clear();
     }
+
+    /// Makes sure held acks go out once due: starts the task that sends them, unless there
+    /// are none or one is waiting already.
+    pub(crate) fn send_held_acks_when_due(self: &Arc<Self>) {
+        {
+            let mut st = self.state();
+            if st.held_acks.is_empty() || st.held_acks_timer {
+                return;
+            }
+            st.held_acks_timer = true;
+        }
+        let sub = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let due = {
+                    let mut st = sub.state();
+                    let due = st.held_acks.due();
+                    st.held_acks_timer = due.is_some();
+                    due
+                };
+                let Some(due) = due else { return };
+                tokio::time::sleep_until(due.into()).await;
+                sub.send_held_acks(false).await;
+            }
+        });
+    }
+
+    /// Sends the held acks that are due, or every one with `all`, after any settlement
+    /// batch in progress. A send that fails leaves those deliveries to the server, which
+    /// puts them back once the channel closes.
+    pub(crate) async fn send_held_acks(&self, all: bool) {
+        let _serial = self.settling.lock().await;
+        let (channel, frames) = {
+            let mut st = self.state();
+            (st.channel.clone(), st.plan_acks(&[], all))
+        };
+        if let Some(channel) = channel {
+            if send_acks(&channel, &frames).await.is_err() {
+                tracing::warn!(queue = %self.queue, "held acks not sent: the channel closed; the server redelivers those jobs");
+            }
+        }
+    }
+}
+
+/// Sends `frames` on `channel`, pipelined.
+pub(crate) async fn send_acks(channel: &Channel, frames: &AckFrames) -> lapin::Result<()> {
+    if frames.is_empty() {
+        return Ok(());
+    }
+    let sends = frames
+        .frames()
+        .map(|(tag, multiple)| channel.basic_ack(tag, BasicAckOptions { multiple }));
+    futures_util::future::join_all(sends)
+        .await
+        .into_iter()
+        .collect()
 }
 
 fn now_ms() -> i64 {
@@ -193,6 +270,7 @@ async fn open(
         st.channel = Some(channel.clone());
         st.buffer.clear();
         st.unsettled.clear();
+        st.held_acks.clear();
     }
     let consumer = consume(sub, &channel, generation, seq).await?;
     Ok((channel, consumer, generation))
@@ -296,12 +374,14 @@ async fn run(
                                 }
                             }
                             Some(Cmd::Close(reply)) => {
+                                sub.send_held_acks(true).await;
                                 let _ = channel.close(200, "unsubscribed".into()).await;
                                 sub.lose();
                                 let _ = reply.send(());
                                 return;
                             }
                             None => {
+                                sub.send_held_acks(true).await;
                                 let _ = channel.close(200, "broker dropped".into()).await;
                                 sub.lose();
                                 return;

@@ -3,6 +3,7 @@
 //! deleted afterwards even when it fails; none mocks RabbitMQ.
 
 mod amqp {
+    mod acks;
     mod batches;
     mod faults;
     mod interop;

@@ -214,3 +214,17 @@ pub async fn fetch_until(broker: &Arc<dyn Broker>, queue: &str, n: usize, secs: 
     }
     got
 }
+
+/// Everything this process has received for `queue` after `settle_ms` of quiet.
+pub async fn held_after(
+    broker: &Arc<dyn Broker>,
+    queue: &str,
+    settle_ms: u64,
+) -> Vec<hopper_core::Job> {
+    tokio::time::sleep(Duration::from_millis(settle_ms)).await;
+    broker
+        .fetch(FetchRequest::one(queue, 100_000, Duration::from_secs(30)))
+        .await
+        .expect("fetch")
+        .jobs
+}

@@ -6,25 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hopper_amqp::AmqpOptions;
-use hopper_core::{Broker, FetchRequest, JobContext, Prefetch, QueueOptions, Settlement, Worker};
+use hopper_core::{Broker, JobContext, Prefetch, QueueOptions, Settlement, Worker};
 
-use super::support::{enqueue_n, queue_figures, setup, setup_with, wait_for};
-
-const TTL: Duration = Duration::from_secs(30);
-
-/// Everything this process has received for `queue` after `settle_ms` of quiet.
-async fn held_after(
-    broker: &Arc<dyn Broker>,
-    queue: &str,
-    settle_ms: u64,
-) -> Vec<hopper_core::Job> {
-    tokio::time::sleep(Duration::from_millis(settle_ms)).await;
-    broker
-        .fetch(FetchRequest::one(queue, 100_000, TTL))
-        .await
-        .expect("fetch")
-        .jobs
-}
+use super::support::{enqueue_n, held_after, queue_figures, setup, setup_with, wait_for};
 
 #[tokio::test]
 async fn prefetch_n_holds_n_and_each_ack_lets_exactly_one_more_in() {
