@@ -703,12 +703,23 @@ impl EventLoop {
             return 0;
         }
         let window = self.window(q);
-        let low_water = q.opts.batch.map_or(1, |(size, _)| size.min(window));
+        // In process, with the in-process default window (DESIGN.md §7), the buffer is kept
+        // topped up to the window, a free slot or not: a fetch is a mutex, not a round
+        // trip, and only a deep buffer lets hand-offs reach their size. Fetching only once
+        // the buffer ran dry would split each fetch of `max_batch` ever thinner over the
+        // slots (50 over 8: hand-offs of 6, 5, 4, … 1) and cost the loop a pass per job or
+        // two.
+        let keep_full = self.in_process && q.opts.prefetch.is_none() && q.opts.batch.is_none();
+        let low_water = match q.opts.batch {
+            Some((size, _)) => size.min(window),
+            None if keep_full => window,
+            None => 1,
+        };
         if q.buffer.len() >= low_water {
             return 0;
         }
         let slot_free = q.busy < q.opts.concurrency;
-        if q.opts.batch.is_none() && !slot_free && !q.opts.pop_ahead {
+        if q.opts.batch.is_none() && !slot_free && !q.opts.pop_ahead && !keep_full {
             return 0;
         }
         let mut held = q.buffer.len() + q.in_handoffs;

@@ -261,3 +261,35 @@ async fn a_due_batch_waits_for_a_free_slot_without_spinning() {
     worker.shutdown().await;
     assert_eq!(*calls.lock().unwrap(), [(2, 0), (1, 1000)]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn small_fetches_keep_the_window_buffered_so_hand_offs_stay_large() {
+    // Window 4 × 32 = 128, fetches of at most 10: the buffer is topped up to the window
+    // while every slot is busy, so the even split over 4 slots hands out 10 to 31 jobs at
+    // a time. Fetching only once the buffer ran dry, no hand-off could pass 10 / 4.
+    let (_, broker) = memory();
+    enqueue_n(&broker, "q", 1000).await;
+    let worker = Worker::builder(broker)
+        .queue("q", QueueOptions::new().concurrency(4).max_batch(10), noop)
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 1000).await;
+    worker.shutdown().await;
+    assert!(
+        stats.batch_sizes.iter().all(|&n| n <= 10),
+        "max_batch holds"
+    );
+    assert_eq!(
+        stats.queues["q"].peak_held, 128,
+        "the window is reached, never passed"
+    );
+    let sizes = &stats.handoff_sizes;
+    assert_eq!(sizes.iter().sum::<u32>(), 1000);
+    assert_eq!(&sizes[..4], &[1, 1, 1, 1], "untimed: one job per hand-off");
+    assert_eq!(sizes[4], 31, "the first timed split: (128 - 4) / 4");
+    assert!(
+        sizes.len() <= 100,
+        "{} hand-offs for 1000 jobs",
+        sizes.len()
+    );
+}
