@@ -368,6 +368,11 @@ pub async fn one_lease_per_fetch(broker: Arc<dyn Broker>) {
         let rec = record(&broker, job.id).await;
         assert_eq!(rec.state, JobState::Leased, "job {} is leased", job.id);
         assert_eq!(
+            rec.job.queue, job.queue,
+            "job {}'s record names its queue",
+            job.id
+        );
+        assert_eq!(
             rec.job.lease, first.lease,
             "job {}'s record names the lease",
             job.id

@@ -46,12 +46,61 @@ struct Inner {
 struct State {
     next_id: i64,
     queues: HashMap<String, MemQueue>,
-    leased: IdMap<JobId, Job>,
+    leased: IdMap<JobId, Held>,
     leases: IdMap<LeaseId, Lease>,
     /// Dead and cancelled jobs, kept for inspection.
     finished: IdMap<JobId, JobRecord>,
     last_errors: IdMap<JobId, String>,
     next_reap: Millis,
+}
+
+/// The broker's copy of a job held under a lease, for when the lease expires or the job
+/// goes back. Its queue is the queue's shared name rather than a string of its own, so
+/// holding a job copies its payload and nothing else.
+#[derive(Debug)]
+struct Held {
+    /// The job, its `queue` left empty.
+    job: Job,
+    queue: Arc<str>,
+}
+
+impl Held {
+    fn new(job: &Job, queue: &Arc<str>) -> Self {
+        Held {
+            job: Job {
+                id: job.id,
+                queue: String::new(),
+                payload: job.payload.clone(),
+                priority: job.priority,
+                run_at: job.run_at,
+                attempt: job.attempt,
+                max_attempts: job.max_attempts,
+                headers: job.headers.clone(),
+                created_at: job.created_at,
+                lease: job.lease,
+            },
+            queue: queue.clone(),
+        }
+    }
+
+    fn lease(&self) -> LeaseId {
+        self.job.lease
+    }
+
+    /// The whole job again.
+    fn into_job(self) -> Job {
+        Job {
+            queue: self.queue.to_string(),
+            ..self.job
+        }
+    }
+
+    fn to_job(&self) -> Job {
+        Job {
+            queue: self.queue.to_string(),
+            ..self.job.clone()
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -63,6 +112,7 @@ struct Lease {
 
 #[derive(Debug, Default)]
 struct MemQueue {
+    name: Arc<str>,
     /// Due jobs: one FIFO per priority, highest priority first.
     ready: BTreeMap<Reverse<i32>, VecDeque<Job>>,
     ready_len: usize,
@@ -195,6 +245,18 @@ impl MemoryBroker {
 }
 
 impl State {
+    /// The queue of this name, created on first use.
+    fn queue(&mut self, name: &str) -> &mut MemQueue {
+        if !self.queues.contains_key(name) {
+            let q = MemQueue {
+                name: Arc::from(name),
+                ..MemQueue::default()
+            };
+            self.queues.insert(name.to_owned(), q);
+        }
+        self.queues.get_mut(name).expect("just made sure")
+    }
+
     fn reap(&mut self, now: Millis) {
         if now < self.next_reap {
             return;
@@ -211,19 +273,16 @@ impl State {
                 continue;
             };
             for id in lease.jobs {
-                let held_here = self.leased.get(&id).is_some_and(|j| j.lease == lease_id);
+                let held_here = self.leased.get(&id).is_some_and(|h| h.lease() == lease_id);
                 if !held_here {
                     continue;
                 }
-                let mut job = self.leased.remove(&id).expect("checked above");
+                let mut job = self.leased.remove(&id).expect("checked above").into_job();
                 job.lease = LeaseId(0);
                 if job.is_last_attempt() {
                     self.dead_letter(job, "lease expired on the final attempt".into(), now);
                 } else {
-                    self.queues
-                        .entry(job.queue.clone())
-                        .or_default()
-                        .push(job, now);
+                    self.queue(&job.queue).push(job, now);
                 }
             }
         }
@@ -231,8 +290,7 @@ impl State {
 
     fn dead_letter(&mut self, job: Job, error: String, _now: Millis) {
         self.last_errors.insert(job.id, error.clone());
-        let q = self.queues.entry(job.queue.clone()).or_default();
-        q.dead.push(job.id);
+        self.queue(&job.queue).dead.push(job.id);
         self.finished.insert(
             job.id,
             JobRecord {
@@ -295,10 +353,8 @@ impl Broker for MemoryBroker {
                 match st.queues.get_mut(&job.queue) {
                     Some(q) => q.push(job, now),
                     None => {
-                        let mut q = MemQueue::default();
                         let name = job.queue.clone();
-                        q.push(job, now);
-                        st.queues.insert(name, q);
+                        st.queue(&name).push(job, now);
                     }
                 }
                 ids.push(id);
@@ -313,8 +369,9 @@ impl Broker for MemoryBroker {
         let lease = LeaseId::random();
         let mut jobs = Vec::with_capacity(request.total().min(1024));
         let mut next_due = None;
-        let mut st = self.state();
-        st.reap(now);
+        let mut guard = self.state();
+        guard.reap(now);
+        let st = &mut *guard;
         for budget in &request.budgets {
             let Some(q) = st.queues.get_mut(&budget.queue) else {
                 continue;
@@ -326,6 +383,7 @@ impl Broker for MemoryBroker {
                     Some(mut job) => {
                         job.attempt += 1;
                         job.lease = lease;
+                        st.leased.insert(job.id, Held::new(&job, &q.name));
                         jobs.push(job);
                     }
                     None => break,
@@ -350,9 +408,6 @@ impl Broker for MemoryBroker {
                     outstanding: jobs.len(),
                 },
             );
-            for job in &jobs {
-                st.leased.insert(job.id, job.clone());
-            }
         }
         Ok(Fetched {
             lease,
@@ -368,37 +423,34 @@ impl Broker for MemoryBroker {
         {
             let mut st = self.state();
             for s in settlements {
-                let held = st.leased.get(&s.job).is_some_and(|j| j.lease == s.lease);
+                let held = st.leased.get(&s.job).is_some_and(|h| h.lease() == s.lease);
                 if !held {
                     report.fenced.push(s.job);
                     continue;
                 }
-                let mut job = st.leased.remove(&s.job).expect("checked above");
+                let held = st.leased.remove(&s.job).expect("checked above");
                 st.release_lease_slot(s.lease);
-                job.lease = LeaseId(0);
                 report.applied += 1;
-                match s.outcome {
-                    Outcome::Ack => {
-                        if !st.last_errors.is_empty() {
-                            st.last_errors.remove(&job.id);
-                        }
+                if let Outcome::Ack = s.outcome {
+                    if !st.last_errors.is_empty() {
+                        st.last_errors.remove(&s.job);
                     }
+                    continue;
+                }
+                let mut job = held.into_job();
+                job.lease = LeaseId(0);
+                match s.outcome {
+                    Outcome::Ack => unreachable!("settled above"),
                     Outcome::Retry { delay, error } => {
                         st.last_errors.insert(job.id, error);
                         job.run_at = now + delay.as_millis() as i64;
-                        st.queues
-                            .entry(job.queue.clone())
-                            .or_default()
-                            .push(job, now);
+                        st.queue(&job.queue.clone()).push(job, now);
                         requeued = true;
                     }
                     Outcome::DeadLetter { error } => st.dead_letter(job, error, now),
                     Outcome::Release => {
                         job.attempt = job.attempt.saturating_sub(1);
-                        st.queues
-                            .entry(job.queue.clone())
-                            .or_default()
-                            .push(job, now);
+                        st.queue(&job.queue.clone()).push(job, now);
                         requeued = true;
                     }
                     Outcome::Cancel => {
@@ -438,7 +490,7 @@ impl Broker for MemoryBroker {
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
         let mut st = self.state();
         if let Some(job) = st.leased.get(&id) {
-            return Ok(CancelOutcome::Held(job.lease));
+            return Ok(CancelOutcome::Held(job.lease()));
         }
         let found = st.queues.values_mut().find_map(|q| q.remove_pending(id));
         match found {
@@ -463,7 +515,7 @@ impl Broker for MemoryBroker {
         let last_error = st.last_errors.get(&id).cloned();
         if let Some(job) = st.leased.get(&id) {
             return Ok(Some(JobRecord {
-                job: job.clone(),
+                job: job.to_job(),
                 state: JobState::Leased,
                 last_error,
             }));
@@ -486,7 +538,7 @@ impl Broker for MemoryBroker {
         let now = self.inner.clock.now_millis();
         let st = self.state();
         let mut counts = QueueCounts {
-            leased: st.leased.values().filter(|j| j.queue == queue).count() as u64,
+            leased: st.leased.values().filter(|h| &*h.queue == queue).count() as u64,
             ..QueueCounts::default()
         };
         if let Some(q) = st.queues.get(queue) {
@@ -524,12 +576,12 @@ impl Broker for MemoryBroker {
         let held: Vec<JobId> = st
             .leased
             .values()
-            .filter(|j| j.queue == queue)
-            .map(|j| j.id)
+            .filter(|h| &*h.queue == queue)
+            .map(|h| h.job.id)
             .collect();
         for id in held {
             if let Some(job) = st.leased.remove(&id) {
-                st.release_lease_slot(job.lease);
+                st.release_lease_slot(job.lease());
                 gone += 1;
             }
         }
