@@ -740,7 +740,8 @@ impl EventLoop {
     /// doubles the round trips per job. So a broker with a round trip waits up to one fetch
     /// round trip for the rest of the window to free up (short jobs free it all within
     /// that time; a slot of a long job idles at most one round trip more), and an
-    /// in-process broker waits until half the window is free. `Prefetch::Auto` sizes
+    /// in-process broker waits until half a fetch is free, or an eighth of the window if
+    /// that is less. `Prefetch::Auto` sizes
     /// fetches by its own rule; batch and `pop_ahead` queues keep theirs; a pushed broker's
     /// fetch only takes what already arrived.
     fn top_up(&self, q: &QState, want: usize) -> bool {
@@ -750,7 +751,9 @@ impl EventLoop {
         let full = self.window(q).min(q.opts.max_batch);
         let held = q.buffer.len() + q.in_handoffs;
         if self.in_process {
-            held > 0 && want < full.div_ceil(2)
+            // Half a fetch, but no more than an eighth of the window: fetches as large as
+            // the window would otherwise let the buffer run half empty between them.
+            held > 0 && want < full.div_ceil(2).min(self.window(q).div_ceil(8))
         } else {
             held > 0 && want < full
         }

@@ -293,3 +293,30 @@ async fn small_fetches_keep_the_window_buffered_so_hand_offs_stay_large() {
         sizes.len()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn fetches_as_large_as_the_window_top_up_by_an_eighth_of_it() {
+    // Window 4 × 32 = 128 and max_batch 128: a top-up waits for 16 free places (an eighth
+    // of the window), not 64 (half a fetch), so the buffer never runs half empty.
+    let (_, broker) = memory();
+    enqueue_n(&broker, "q", 1000).await;
+    let worker = Worker::builder(broker)
+        .queue("q", QueueOptions::new().concurrency(4).max_batch(128), noop)
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 1000).await;
+    worker.shutdown().await;
+    let sizes = &stats.batch_sizes;
+    assert_eq!(sizes.iter().sum::<u32>(), 1000);
+    assert_eq!(sizes[0], 128, "the first fetch fills the window");
+    assert!(
+        sizes.iter().all(|&n| n <= 128),
+        "never past the window: {sizes:?}"
+    );
+    let (_, top_ups) = sizes[1..].split_last().expect("more than one fetch");
+    assert!(top_ups.iter().all(|&n| n >= 16), "top-ups: {top_ups:?}");
+    assert!(
+        top_ups.iter().any(|&n| n < 64),
+        "top-ups below half a fetch: {top_ups:?}"
+    );
+}
