@@ -120,8 +120,8 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
     if wants("memory") {
         let jobs = n(1_000_000);
         let raw = raw_mpsc(jobs).await;
-        // The memory broker's own default window (concurrency × 32), not `slots`; once with
-        // the default max_batch (50), once with fetches as large as that window, which an
+        // The memory broker's own default window (two hand-offs per slot), not `slots`;
+        // once with the default max_batch (50), once with fetches of 256, which an
         // in-process broker can afford (a fetch is a mutex, not a round trip).
         for (max_batch, workload) in [
             (50, "memory drain, c=8"),

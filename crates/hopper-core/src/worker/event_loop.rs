@@ -25,6 +25,8 @@ use crate::prefetch::{AUTO_CEILING, AutoSizer, Prefetch};
 
 /// Hand-offs are sized to arrive about this far apart (DESIGN.md §7).
 const HANDOFF_SPACING: Duration = Duration::from_micros(32);
+/// In process, with the default window, a queue holds this many hand-offs per slot.
+const IN_PROCESS_HANDOFFS: usize = 2;
 /// How long the loop sleeps at most when nothing is due.
 const IDLE_HORIZON: Duration = Duration::from_secs(3600);
 
@@ -62,7 +64,7 @@ pub(crate) enum Event {
 pub(crate) fn max_window(o: &QueueOptions, in_process: bool) -> usize {
     let per_slot = o.batch.map_or(1, |(size, _)| size);
     match o.prefetch {
-        None if in_process => o.concurrency * per_slot.max(HANDOFF_MAX),
+        None if in_process => o.concurrency * per_slot.max(IN_PROCESS_HANDOFFS * HANDOFF_MAX),
         None | Some(Prefetch::Slots) => o.concurrency * per_slot,
         Some(Prefetch::Fixed(n)) => n.max(o.concurrency),
         Some(Prefetch::Auto) => o.concurrency * AUTO_CEILING,
@@ -471,7 +473,7 @@ impl EventLoop {
         let c = q.opts.concurrency;
         let per_slot = q.opts.batch.map_or(1, |(size, _)| size);
         match q.opts.prefetch {
-            None if self.in_process => c * per_slot.max(HANDOFF_MAX),
+            None if self.in_process => c * per_slot.max(IN_PROCESS_HANDOFFS * self.by_time(c)),
             None | Some(Prefetch::Slots) => c * per_slot,
             // The server holds a pushed subscription to exactly `n`.
             Some(Prefetch::Fixed(n)) if self.pushed => n,
@@ -646,13 +648,22 @@ impl EventLoop {
         }
         let c = q.opts.concurrency.min(self.limit).max(1);
         let even = (q.buffer.len() / c).max(1);
-        let by_time = match self.job_time {
+        even.min(self.by_time(c)).min(q.buffer.len())
+    }
+
+    /// The most jobs a hand-off carries by time at concurrency `c`: enough to keep
+    /// hand-offs about 32 µs apart, at most 32; until a batch was timed, 1 (32 at
+    /// concurrency 1). It also sizes an in-process queue's default window, two hand-offs
+    /// per slot: jobs of a few microseconds get a deep buffer, so hand-offs stay full
+    /// between fetches, and jobs of 32 µs or more two per slot, so a worker never hoards
+    /// what another could run.
+    fn by_time(&self, c: usize) -> usize {
+        match self.job_time {
             None if c == 1 => HANDOFF_MAX,
             None => 1,
             Some(t) if t.is_zero() => HANDOFF_MAX,
-            Some(t) => ((HANDOFF_SPACING.as_nanos() / t.as_nanos()) as usize).max(1),
-        };
-        even.min(by_time).min(HANDOFF_MAX).min(q.buffer.len())
+            Some(t) => ((HANDOFF_SPACING.as_nanos() / t.as_nanos()) as usize).clamp(1, HANDOFF_MAX),
+        }
     }
 
     fn spawn_task(&mut self) -> usize {

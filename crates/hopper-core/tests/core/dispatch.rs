@@ -264,9 +264,10 @@ async fn a_due_batch_waits_for_a_free_slot_without_spinning() {
 
 #[tokio::test(start_paused = true)]
 async fn small_fetches_keep_the_window_buffered_so_hand_offs_stay_large() {
-    // Window 4 × 32 = 128, fetches of at most 10: the buffer is topped up to the window
-    // while every slot is busy, so the even split over 4 slots hands out 10 to 31 jobs at
-    // a time. Fetching only once the buffer ran dry, no hand-off could pass 10 / 4.
+    // Jobs that take no time: the window grows to 4 slots × 2 hand-offs × 32 = 256 once a
+    // batch was timed, and fetches of at most 10 keep it topped up while every slot is
+    // busy, so the even split over 4 slots hands out 32 at a time. Fetching only once the
+    // buffer ran dry, no hand-off could pass 10 / 4.
     let (_, broker) = memory();
     enqueue_n(&broker, "q", 1000).await;
     let worker = Worker::builder(broker)
@@ -280,43 +281,69 @@ async fn small_fetches_keep_the_window_buffered_so_hand_offs_stay_large() {
         "max_batch holds"
     );
     assert_eq!(
-        stats.queues["q"].peak_held, 128,
+        stats.queues["q"].peak_held, 256,
         "the window is reached, never passed"
     );
     let sizes = &stats.handoff_sizes;
     assert_eq!(sizes.iter().sum::<u32>(), 1000);
-    assert_eq!(&sizes[..4], &[1, 1, 1, 1], "untimed: one job per hand-off");
-    assert_eq!(sizes[4], 31, "the first timed split: (128 - 4) / 4");
-    assert!(
-        sizes.len() <= 100,
-        "{} hand-offs for 1000 jobs",
-        sizes.len()
+    assert_eq!(
+        &sizes[..8],
+        &[1; 8],
+        "untimed: one job per hand-off, two per slot"
     );
+    assert_eq!(sizes[8], 32, "the first timed hand-off");
+    assert!(sizes.len() <= 80, "{} hand-offs for 1000 jobs", sizes.len());
 }
 
 #[tokio::test(start_paused = true)]
 async fn fetches_as_large_as_the_window_top_up_by_an_eighth_of_it() {
-    // Window 4 × 32 = 128 and max_batch 128: a top-up waits for 16 free places (an eighth
-    // of the window), not 64 (half a fetch), so the buffer never runs half empty.
+    // Window 256 once timed (8 before) and max_batch 256: a top-up waits for 32 free places
+    // (an eighth of the window), not 128 (half a fetch), so the buffer never runs half
+    // empty.
     let (_, broker) = memory();
     enqueue_n(&broker, "q", 1000).await;
     let worker = Worker::builder(broker)
-        .queue("q", QueueOptions::new().concurrency(4).max_batch(128), noop)
+        .queue("q", QueueOptions::new().concurrency(4).max_batch(256), noop)
         .start()
         .unwrap();
     let stats = wait_for(&worker, |s| s.completed == 1000).await;
     worker.shutdown().await;
     let sizes = &stats.batch_sizes;
     assert_eq!(sizes.iter().sum::<u32>(), 1000);
-    assert_eq!(sizes[0], 128, "the first fetch fills the window");
+    assert_eq!(sizes[0], 8, "untimed: two per slot");
+    assert_eq!(stats.queues["q"].peak_held, 256, "then the whole window");
+    let (_, top_ups) = sizes[2..].split_last().expect("top-ups");
+    assert!(top_ups.iter().all(|&n| n >= 32), "top-ups: {top_ups:?}");
     assert!(
-        sizes.iter().all(|&n| n <= 128),
-        "never past the window: {sizes:?}"
-    );
-    let (_, top_ups) = sizes[1..].split_last().expect("more than one fetch");
-    assert!(top_ups.iter().all(|&n| n >= 16), "top-ups: {top_ups:?}");
-    assert!(
-        top_ups.iter().any(|&n| n < 64),
+        top_ups.iter().any(|&n| n < 128),
         "top-ups below half a fetch: {top_ups:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_jobs_are_held_two_per_slot_at_most() {
+    // 40 jobs of 5 ms at concurrency 2.
+    let (_, broker) = memory();
+    enqueue_n(&broker, "q", 40).await;
+    let worker = Worker::builder(broker)
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(2),
+            |_job: JobContext<u64>| async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 40).await;
+    worker.shutdown().await;
+    // 5 ms a job: a hand-off carries one and the window is two per slot, where it was 32
+    // per slot whatever the jobs took: a worker holds no more than it will soon run.
+    assert_eq!(
+        stats.queues["q"].peak_held, 4,
+        "fetches {:?}",
+        stats.batch_sizes
+    );
+    assert!(stats.handoff_sizes.iter().all(|&n| n == 1));
 }
