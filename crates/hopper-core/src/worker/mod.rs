@@ -35,8 +35,8 @@ pub const DEFAULT_MAX_BATCH: usize = 50;
 pub const MAX_BATCH_LIMIT: usize = 1000;
 /// Default `batch_wait` of a batch handler.
 pub const DEFAULT_BATCH_WAIT: Duration = Duration::from_millis(50);
-/// Jobs per pool slot an in-process broker's default window holds (DESIGN.md §7's cap on
-/// one hand-off).
+/// The most jobs one hand-off carries (DESIGN.md §7). An in-process broker's default
+/// window holds two hand-offs per slot, so at most twice this.
 pub const HANDOFF_MAX: usize = 32;
 
 /// How one queue is worked.
@@ -62,8 +62,9 @@ impl Default for QueueOptions {
 }
 
 impl QueueOptions {
-    /// Defaults: concurrency 10, the broker's default prefetch (slots; a wide window on the
-    /// in-process broker), `max_batch` 50, no pop-ahead.
+    /// Defaults: concurrency 10, the broker's default prefetch (slots; on the in-process
+    /// broker, two hand-offs per slot: up to 64 jobs for jobs of a few microseconds, 2 for
+    /// jobs of 32 µs or more), `max_batch` 50, no pop-ahead.
     pub fn new() -> Self {
         Self::default()
     }
