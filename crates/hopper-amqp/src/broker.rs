@@ -397,13 +397,16 @@ impl AmqpBroker {
             ));
         }
 
-        // Releases and rejects: one frame each, sent together.
+        // Releases and rejects: one frame each, sent together. The channel may have been
+        // replaced while retry copies were published: its tags are then another channel's,
+        // and the frames below fail on the closed one.
         {
             let mut st = sub.state();
-            for (_, tag) in &releases {
+            let same_channel = st.generation == generation;
+            for (_, tag) in releases.iter().filter(|_| same_channel) {
                 st.unsettled.remove(tag);
             }
-            for (_, tag, _) in &rejects {
+            for (_, tag, _) in rejects.iter().filter(|_| same_channel) {
                 st.unsettled.remove(tag);
             }
         }
@@ -468,12 +471,18 @@ impl AmqpBroker {
         // go in one `multiple` frame; those above it are held until it settles, so a
         // delivery whose handler has not finished is never covered. Held acks count as
         // applied: the frame that carries them is this channel's to send.
+        // Only on the channel the batch was read against: after a reconnect (possible while
+        // copies were published) the same tags name the new channel's deliveries.
         let tags: Vec<u64> = acks.iter().map(|&(_, tag)| tag).collect();
-        let frames = sub.state().plan_acks(&tags, false);
-        if send_acks(&channel, &frames).await.is_ok() {
-            report.applied += acks.len();
-        } else {
-            report.fenced.extend(acks.iter().map(|&(id, _)| id));
+        let frames = {
+            let mut st = sub.state();
+            (st.generation == generation).then(|| st.plan_acks(&tags, false))
+        };
+        match frames {
+            Some(frames) if send_acks(&channel, &frames).await.is_ok() => {
+                report.applied += acks.len();
+            }
+            _ => report.fenced.extend(acks.iter().map(|&(id, _)| id)),
         }
         sub.send_held_acks_when_due();
         match failed {

@@ -172,6 +172,15 @@ impl Subscription {
         wake.send_modify(|n| *n = n.wrapping_add(1));
     }
 
+    /// Sends the held acks and closes the channel, with no settlement batch in between
+    /// (one arriving later finds the channel gone and is fenced), then forgets it.
+    async fn close_channel(&self, channel: &Channel, why: &str) {
+        let _serial = self.settling.lock().await;
+        self.send_held_acks_serialized(true).await;
+        let _ = channel.close(200, why.into()).await;
+        self.lose();
+    }
+
     /// Forgets the channel: its deliveries are the server's again.
     fn lose(&self) {
         let mut st = self.state();
@@ -212,6 +221,11 @@ impl Subscription {
     /// puts them back once the channel closes.
     pub(crate) async fn send_held_acks(&self, all: bool) {
         let _serial = self.settling.lock().await;
+        self.send_held_acks_serialized(all).await;
+    }
+
+    /// [`send_held_acks`](Self::send_held_acks) for a caller already holding `settling`.
+    async fn send_held_acks_serialized(&self, all: bool) {
         let (channel, frames) = {
             let mut st = self.state();
             (st.channel.clone(), st.plan_acks(&[], all))
@@ -374,23 +388,20 @@ async fn run(
                                 }
                             }
                             Some(Cmd::Close(reply)) => {
-                                sub.send_held_acks(true).await;
-                                let _ = channel.close(200, "unsubscribed".into()).await;
-                                sub.lose();
+                                sub.close_channel(&channel, "unsubscribed").await;
                                 let _ = reply.send(());
                                 return;
                             }
                             None => {
-                                sub.send_held_acks(true).await;
-                                let _ = channel.close(200, "broker dropped".into()).await;
-                                sub.lose();
+                                sub.close_channel(&channel, "broker dropped").await;
                                 return;
                             }
                         }
                     }
                 }
-                let _ = channel.close(200, "reopening".into()).await;
-                sub.lose();
+                // The consumer may have ended with the channel still open (cancelled by the
+                // server, or a failed re-window): its held acks go out before it closes.
+                sub.close_channel(&channel, "reopening").await;
                 wake.send_modify(|n| *n = n.wrapping_add(1));
             }
             Err(e) => {

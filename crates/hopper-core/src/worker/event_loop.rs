@@ -720,7 +720,10 @@ impl EventLoop {
         // the buffer ran dry would split each fetch of `max_batch` ever thinner over the
         // slots (50 over 8: hand-offs of 6, 5, 4, … 1) and cost the loop a pass per job or
         // two.
-        let keep_full = self.in_process && q.opts.prefetch.is_none() && q.opts.batch.is_none();
+        let keep_full = self.in_process
+            && q.opts.prefetch.is_none()
+            && q.opts.batch.is_none()
+            && !q.opts.pop_ahead;
         let low_water = match q.opts.batch {
             Some((size, _)) => size.min(window),
             None if keep_full => window,
