@@ -352,10 +352,7 @@ impl Broker for MemoryBroker {
                 };
                 match st.queues.get_mut(&job.queue) {
                     Some(q) => q.push(job, now),
-                    None => {
-                        let name = job.queue.clone();
-                        st.queue(&name).push(job, now);
-                    }
+                    None => st.queue(&job.queue).push(job, now),
                 }
                 ids.push(id);
             }
@@ -444,13 +441,13 @@ impl Broker for MemoryBroker {
                     Outcome::Retry { delay, error } => {
                         st.last_errors.insert(job.id, error);
                         job.run_at = now + delay.as_millis() as i64;
-                        st.queue(&job.queue.clone()).push(job, now);
+                        st.queue(&job.queue).push(job, now);
                         requeued = true;
                     }
                     Outcome::DeadLetter { error } => st.dead_letter(job, error, now),
                     Outcome::Release => {
                         job.attempt = job.attempt.saturating_sub(1);
-                        st.queue(&job.queue.clone()).push(job, now);
+                        st.queue(&job.queue).push(job, now);
                         requeued = true;
                     }
                     Outcome::Cancel => {

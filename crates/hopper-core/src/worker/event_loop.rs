@@ -762,12 +762,13 @@ impl EventLoop {
         if self.pushed || q.sizer.is_some() || q.opts.batch.is_some() || q.opts.pop_ahead {
             return false;
         }
-        let full = self.window(q).min(q.opts.max_batch);
+        let window = self.window(q);
+        let full = window.min(q.opts.max_batch);
         let held = q.buffer.len() + q.in_handoffs;
         if self.in_process {
             // Half a fetch, but no more than an eighth of the window: fetches as large as
             // the window would otherwise let the buffer run half empty between them.
-            held > 0 && want < full.div_ceil(2).min(self.window(q).div_ceil(8))
+            held > 0 && want < full.div_ceil(2).min(window.div_ceil(8))
         } else {
             held > 0 && want < full
         }

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hopper_core::{JobContext, QueueOptions, Worker};
+use hopper_core::{JobContext, QueueOptions, Worker, WorkerStats};
 use tokio::time::Instant;
 
 use super::support::{enqueue_n, memory, wait_for};
@@ -12,16 +12,22 @@ async fn noop(_job: JobContext<u64>) -> hopper_core::JobResult {
     Ok(())
 }
 
-#[tokio::test(start_paused = true)]
-async fn concurrency_one_hands_off_up_to_thirty_two() {
+/// Drains `n` no-op jobs from a fresh memory broker with `opts`; the worker's statistics.
+async fn drain_noop(opts: QueueOptions, n: u64) -> WorkerStats {
     let (_, broker) = memory();
-    enqueue_n(&broker, "q", 100).await;
+    enqueue_n(&broker, "q", n as usize).await;
     let worker = Worker::builder(broker)
-        .queue("q", QueueOptions::new().concurrency(1), noop)
+        .queue("q", opts, noop)
         .start()
         .unwrap();
-    let stats = wait_for(&worker, |s| s.completed == 100).await;
+    let stats = wait_for(&worker, |s| s.completed == n).await;
     worker.shutdown().await;
+    stats
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrency_one_hands_off_up_to_thirty_two() {
+    let stats = drain_noop(QueueOptions::new().concurrency(1), 100).await;
     assert_eq!(stats.handoff_sizes[0], 32);
     assert_eq!(stats.handoff_sizes.iter().max(), Some(&32));
     assert_eq!(stats.handoff_sizes.iter().sum::<u32>(), 100);
@@ -49,14 +55,7 @@ async fn a_timed_worker_splits_eight_cheap_jobs_four_two_one_one() {
 
 #[tokio::test(start_paused = true)]
 async fn a_fresh_worker_above_concurrency_one_hands_out_single_jobs() {
-    let (_, broker) = memory();
-    enqueue_n(&broker, "q", 20).await;
-    let worker = Worker::builder(broker)
-        .queue("q", QueueOptions::new().concurrency(4), noop)
-        .start()
-        .unwrap();
-    let stats = wait_for(&worker, |s| s.completed == 20).await;
-    worker.shutdown().await;
+    let stats = drain_noop(QueueOptions::new().concurrency(4), 20).await;
     assert_eq!(&stats.handoff_sizes[..4], &[1, 1, 1, 1]);
 }
 
@@ -268,14 +267,7 @@ async fn small_fetches_keep_the_window_buffered_so_hand_offs_stay_large() {
     // batch was timed, and fetches of at most 10 keep it topped up while every slot is
     // busy, so the even split over 4 slots hands out 32 at a time. Fetching only once the
     // buffer ran dry, no hand-off could pass 10 / 4.
-    let (_, broker) = memory();
-    enqueue_n(&broker, "q", 1000).await;
-    let worker = Worker::builder(broker)
-        .queue("q", QueueOptions::new().concurrency(4).max_batch(10), noop)
-        .start()
-        .unwrap();
-    let stats = wait_for(&worker, |s| s.completed == 1000).await;
-    worker.shutdown().await;
+    let stats = drain_noop(QueueOptions::new().concurrency(4).max_batch(10), 1000).await;
     assert!(
         stats.batch_sizes.iter().all(|&n| n <= 10),
         "max_batch holds"
@@ -300,14 +292,7 @@ async fn fetches_as_large_as_the_window_top_up_by_an_eighth_of_it() {
     // Window 256 once timed (8 before) and max_batch 256: a top-up waits for 32 free places
     // (an eighth of the window), not 128 (half a fetch), so the buffer never runs half
     // empty.
-    let (_, broker) = memory();
-    enqueue_n(&broker, "q", 1000).await;
-    let worker = Worker::builder(broker)
-        .queue("q", QueueOptions::new().concurrency(4).max_batch(256), noop)
-        .start()
-        .unwrap();
-    let stats = wait_for(&worker, |s| s.completed == 1000).await;
-    worker.shutdown().await;
+    let stats = drain_noop(QueueOptions::new().concurrency(4).max_batch(256), 1000).await;
     let sizes = &stats.batch_sizes;
     assert_eq!(sizes.iter().sum::<u32>(), 1000);
     assert_eq!(sizes[0], 8, "untimed: two per slot");
