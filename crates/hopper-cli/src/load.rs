@@ -56,6 +56,12 @@ pub struct LoadArgs {
     /// With --batch: close a batch this many milliseconds after its first job.
     #[arg(long, default_value_t = 50)]
     batch_wait: u64,
+    /// The queues already hold the jobs, as `hopper bench` leaves them before a raw
+    /// baseline: payloads `[index, enqueued_at_µs]` for every index below `--jobs`, spread
+    /// over the queues in turn. Nothing is purged or enqueued, so the drain starts from the
+    /// same backlog a raw consumer gets; `enqueue_s` is then 0.
+    #[arg(long)]
+    prefilled: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -158,7 +164,7 @@ fn joined(done: Option<std::result::Result<Result<()>, tokio::task::JoinError>>)
     }
 }
 
-fn micros_now() -> u64 {
+pub(crate) fn micros_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
@@ -210,28 +216,11 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         };
         builders.push(build_worker(broker, &args, tally.clone())?);
     }
-    for q in &args.queues {
-        producer.purge(q).await?;
-    }
-
-    let enqueue_started = Instant::now();
-    let mut chunk = Vec::with_capacity(ENQUEUE_CHUNK);
-    let mut in_flight = tokio::task::JoinSet::new();
-    for i in 0..args.jobs {
-        let queue = &args.queues[i % args.queues.len()];
-        chunk.push(NewJob::json(queue, &(i, micros_now()))?);
-        if chunk.len() == ENQUEUE_CHUNK || i + 1 == args.jobs {
-            if in_flight.len() == ENQUEUE_IN_FLIGHT {
-                joined(in_flight.join_next().await)?;
-            }
-            let (producer, jobs) = (producer.clone(), std::mem::take(&mut chunk));
-            in_flight.spawn(async move { producer.enqueue(jobs).await.map(drop) });
-        }
-    }
-    while let Some(done) = in_flight.join_next().await {
-        joined(Some(done))?;
-    }
-    let enqueue_s = enqueue_started.elapsed().as_secs_f64();
+    let enqueue_s = if args.prefilled {
+        0.0
+    } else {
+        enqueue(&producer, &args).await?
+    };
 
     let mut workers = Vec::with_capacity(args.workers);
     let drain_started = Instant::now();
@@ -316,6 +305,31 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     })
 }
 
+/// Purges the queues and enqueues the backlog; returns the seconds the enqueue took.
+async fn enqueue(producer: &Arc<dyn Broker>, args: &LoadArgs) -> Result<f64> {
+    for q in &args.queues {
+        producer.purge(q).await?;
+    }
+    let started = Instant::now();
+    let mut chunk = Vec::with_capacity(ENQUEUE_CHUNK);
+    let mut in_flight = tokio::task::JoinSet::new();
+    for i in 0..args.jobs {
+        let queue = &args.queues[i % args.queues.len()];
+        chunk.push(NewJob::json(queue, &(i, micros_now()))?);
+        if chunk.len() == ENQUEUE_CHUNK || i + 1 == args.jobs {
+            if in_flight.len() == ENQUEUE_IN_FLIGHT {
+                joined(in_flight.join_next().await)?;
+            }
+            let (producer, jobs) = (producer.clone(), std::mem::take(&mut chunk));
+            in_flight.spawn(async move { producer.enqueue(jobs).await.map(drop) });
+        }
+    }
+    while let Some(done) = in_flight.join_next().await {
+        joined(Some(done))?;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
 fn build_worker(broker: Arc<dyn Broker>, args: &LoadArgs, tally: Arc<Tally>) -> Result<Worker> {
     let mut opts = QueueOptions::new()
         .concurrency(args.concurrency)
@@ -375,11 +389,15 @@ fn print_table(r: &Report) {
         "workers         {} × concurrency {} (prefetch {})",
         r.workers, r.concurrency, r.prefetch
     );
-    println!(
-        "enqueue         {:.3} s ({:.0} jobs/s)",
-        r.enqueue_s,
-        r.jobs as f64 / r.enqueue_s.max(1e-9)
-    );
+    if r.enqueue_s > 0.0 {
+        println!(
+            "enqueue         {:.3} s ({:.0} jobs/s)",
+            r.enqueue_s,
+            r.jobs as f64 / r.enqueue_s
+        );
+    } else {
+        println!("enqueue         none (--prefilled)");
+    }
     println!("drain           {:.3} s", r.drain_s);
     println!("throughput      {:.0} jobs/s", r.jobs_per_s);
     println!(

@@ -402,3 +402,53 @@ fn load_on_rabbitmq_counts_batches_handed_to_handlers() {
         "one fetch per batch"
     );
 }
+
+/// `--prefilled` drains a backlog already in the queue, as `hopper bench` leaves one for a
+/// raw baseline: nothing is purged or enqueued, every job runs once, and a queue the run
+/// does not name keeps its jobs.
+#[test]
+fn load_prefilled_drains_the_backlog_in_place() {
+    let (url, dir) = sqlite_url("prefilled");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let broker = rt.block_on(async {
+        let broker = hopper::connect(&url).await.unwrap();
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64;
+        let backlog = (0..300usize)
+            .map(|i| hopper::NewJob::json("pre", &(i, now_us)).unwrap())
+            .collect();
+        broker.enqueue(backlog).await.unwrap();
+        let other = (0..5usize)
+            .map(|i| hopper::NewJob::json("other", &(i, now_us)).unwrap())
+            .collect();
+        broker.enqueue(other).await.unwrap();
+        broker
+    });
+    let r = load_json(&[
+        "load",
+        "--broker",
+        &url,
+        "--jobs",
+        "300",
+        "--queues",
+        "pre",
+        "--prefilled",
+        "--json",
+    ]);
+    assert_eq!(r["completed"], 300);
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["duplicates"], 0);
+    assert_eq!(r["enqueue_s"].as_f64(), Some(0.0));
+    let (pre, other) = rt.block_on(async {
+        (
+            broker.counts("pre").await.unwrap(),
+            broker.counts("other").await.unwrap(),
+        )
+    });
+    assert_eq!((pre.pending, pre.leased), (0, 0));
+    assert_eq!(other.pending, 5);
+    drop(broker);
+    std::fs::remove_dir_all(dir).ok();
+}
