@@ -264,7 +264,6 @@ async fn raw_broker_loop(url: &str, jobs: usize, batch: usize) -> Result<f64> {
     hopper::migrate(url).await?;
     let broker = hopper::connect(url).await?;
     let queue = "raw";
-    broker.purge(queue).await?;
     fill(&broker, queue, jobs).await?;
     let started = Instant::now();
     let mut done = 0;
@@ -293,8 +292,9 @@ async fn raw_broker_loop(url: &str, jobs: usize, batch: usize) -> Result<f64> {
 /// `hopper load --prefilled` at concurrency 50 with prefetch `window`, each draining the
 /// same backlog of `jobs`, published the same way by Hopper's own (confirmed) enqueue just
 /// before. The backlog must be the same: how a queue was just filled moves how fast the
-/// server then delivers by half or more (a raw consumer right after `hopper load`'s own
-/// enqueue of 20,000 ran at 48–65k msgs/s, right after [`fill`] at 110–140k).
+/// server then delivers by half or more (on 1 December a raw consumer drained 20,000 at
+/// 48–65k msgs/s right after `hopper load`'s own enqueue, and at 122k right after this
+/// bench's fill as it was then, with payloads `[index, 0]`).
 async fn amqp_row(url: &str, jobs: usize, window: u16) -> Result<Row> {
     let queue = format!("hopper_bench_{}_{window}", std::process::id());
     let declared = with_declare(url);
@@ -305,11 +305,9 @@ async fn amqp_row(url: &str, jobs: usize, window: u16) -> Result<Row> {
     let (mut each, mut grouped, mut hopper) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..AMQP_ROUNDS {
         for (rates, ack_grouped) in [(&mut each, false), (&mut grouped, true)] {
-            admin.purge(&queue).await?;
             fill(&admin, &queue, jobs).await?;
             rates.push(raw_lapin(url, &queue, jobs, window, ack_grouped).await?);
         }
-        admin.purge(&queue).await?;
         fill(&admin, &queue, jobs).await?;
         let (row, _) = hopper_load_with(
             &declared,
@@ -356,9 +354,10 @@ fn with_declare(url: &str) -> String {
     }
 }
 
-/// Enqueues a backlog of `jobs` on `queue` as `hopper load` writes one (payloads
+/// Empties `queue` and enqueues a backlog of `jobs` as `hopper load` writes one (payloads
 /// `[index, enqueued_at_µs]`, so `hopper load --prefilled` can drain it), a chunk at a time.
 async fn fill(broker: &std::sync::Arc<dyn hopper::Broker>, queue: &str, jobs: usize) -> Result<()> {
+    broker.purge(queue).await?;
     for start in (0..jobs).step_by(ENQUEUE_CHUNK) {
         let chunk = (start..jobs.min(start + ENQUEUE_CHUNK))
             .map(|i| NewJob::json(queue, &(i, crate::load::micros_now())))
