@@ -201,7 +201,9 @@ pub trait Broker: Send + Sync + Debug + 'static {
     async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>>;
 
     /// Claims up to each budget's limit of due jobs, all under one new lease, charging each
-    /// job an attempt. Never returns more than asked, even under concurrent fetches.
+    /// job an attempt. Never returns more than asked, even under concurrent fetches, and
+    /// only jobs of the queues asked: a worker that asked one queue takes every job returned
+    /// as that queue's without reading its name.
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched>;
 
     /// Applies settlements, in one round trip.

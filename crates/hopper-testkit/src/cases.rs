@@ -638,6 +638,86 @@ pub async fn release_is_attempt_neutral(broker: Arc<dyn Broker>) {
     assert_eq!(again.jobs[0].attempt, 1, "attempt after release and fetch");
 }
 
+/// A job's payload comes back byte for byte however the job returns to its queue: after
+/// its lease expired, after a release, after a retry, and in its record while held. The
+/// sizes straddle the memory broker's inline copy of a held payload (64 bytes).
+pub async fn payloads_survive_every_return(broker: Arc<dyn Broker>) {
+    if skip_if_pushed(&broker, "payloads_survive_every_return") {
+        return;
+    }
+    let payloads: Vec<Vec<u8>> = [0usize, 3, 64, 65, 10_000]
+        .iter()
+        .map(|&n| (0..n).map(|i| (i % 251) as u8).collect())
+        .collect();
+    let made = enqueue(
+        &broker,
+        payloads
+            .iter()
+            .map(|p| NewJob::new("q", p.clone()))
+            .collect(),
+    )
+    .await;
+    let by_id = |fetched: &hopper_core::Fetched| -> Vec<(JobId, Vec<u8>)> {
+        let mut got: Vec<_> = fetched
+            .jobs
+            .iter()
+            .map(|j| (j.id, j.payload.clone()))
+            .collect();
+        got.sort();
+        got
+    };
+    let want: Vec<(JobId, Vec<u8>)> = made.iter().copied().zip(payloads.clone()).collect();
+
+    let first = fetch(&broker, "q", 10, TTL).await;
+    assert_eq!(by_id(&first), want, "payloads as fetched");
+    for (id, payload) in &want {
+        let rec = record(&broker, *id).await;
+        assert_eq!(rec.state, JobState::Leased, "job {id} is held");
+        assert_eq!(
+            &rec.job.payload, payload,
+            "job {id}'s payload in its record while held"
+        );
+    }
+    let again = if broker.capabilities().leases {
+        advance(Duration::from_secs(31)).await;
+        let again = fetch(&broker, "q", 10, TTL).await;
+        assert_eq!(by_id(&again), want, "payloads after the lease expired");
+        again
+    } else {
+        skip(
+            "payloads_survive_every_return",
+            "the broker has no leases to expire",
+        );
+        first
+    };
+
+    let settlements: Vec<Settlement> = again
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| Settlement {
+            job: j.id,
+            lease: j.lease,
+            outcome: if i % 2 == 0 {
+                Outcome::Release
+            } else {
+                Outcome::Retry {
+                    delay: Duration::ZERO,
+                    error: "once more".into(),
+                }
+            },
+        })
+        .collect();
+    let report = settle(&broker, settlements).await;
+    assert_eq!(report.applied, want.len(), "releases and retries applied");
+    let last = fetch(&broker, "q", 10, TTL).await;
+    assert_eq!(
+        by_id(&last),
+        want,
+        "payloads after a release (even positions) or a retry (odd)"
+    );
+}
+
 /// Cancelling a pending job means it never runs; a held job is reported with its lease.
 pub async fn cancel(broker: Arc<dyn Broker>) {
     if skip_if_pushed(&broker, "cancel") {

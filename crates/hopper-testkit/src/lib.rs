@@ -66,6 +66,7 @@ macro_rules! broker_suite {
             retry_counts_attempts,
             dead_letters,
             release_is_attempt_neutral,
+            payloads_survive_every_return,
             cancel,
             settle_batch_is_per_job,
             purge_removes_every_state,

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use smallvec::SmallVec;
 use tokio::sync::watch;
 
 use crate::broker::{
@@ -55,14 +56,20 @@ struct State {
 }
 
 /// The broker's copy of a job held under a lease, for when the lease expires or the job
-/// goes back. Its queue is the queue's shared name rather than a string of its own, so
-/// holding a job copies its payload and nothing else.
+/// goes back. Its queue is the queue's shared name rather than a string of its own, and a
+/// payload of up to [`INLINE_PAYLOAD`] bytes is kept inline: holding a job then allocates
+/// nothing. (Each fetch copies every job it returns; an allocation and a free per job there
+/// cost a memory drain about a fifth of its rate, on the worker's event loop.)
 #[derive(Debug)]
 struct Held {
-    /// The job, its `queue` left empty.
+    /// The job, its `queue` and `payload` left empty.
     job: Job,
     queue: Arc<str>,
+    payload: SmallVec<[u8; INLINE_PAYLOAD]>,
 }
+
+/// Payload bytes a held job keeps without an allocation of their own.
+const INLINE_PAYLOAD: usize = 64;
 
 impl Held {
     fn new(job: &Job, queue: &Arc<str>) -> Self {
@@ -70,7 +77,7 @@ impl Held {
             job: Job {
                 id: job.id,
                 queue: String::new(),
-                payload: job.payload.clone(),
+                payload: Vec::new(),
                 priority: job.priority,
                 run_at: job.run_at,
                 attempt: job.attempt,
@@ -80,6 +87,7 @@ impl Held {
                 lease: job.lease,
             },
             queue: queue.clone(),
+            payload: SmallVec::from_slice(&job.payload),
         }
     }
 
@@ -91,6 +99,7 @@ impl Held {
     fn into_job(self) -> Job {
         Job {
             queue: self.queue.to_string(),
+            payload: self.payload.into_vec(),
             ..self.job
         }
     }
@@ -98,6 +107,7 @@ impl Held {
     fn to_job(&self) -> Job {
         Job {
             queue: self.queue.to_string(),
+            payload: self.payload.to_vec(),
             ..self.job.clone()
         }
     }
