@@ -10,6 +10,7 @@
 pub mod topic;
 
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -430,12 +431,13 @@ impl Broker for MemoryBroker {
         {
             let mut st = self.state();
             for s in settlements {
-                let held = st.leased.get(&s.job).is_some_and(|h| h.lease() == s.lease);
-                if !held {
-                    report.fenced.push(s.job);
-                    continue;
-                }
-                let held = st.leased.remove(&s.job).expect("checked above");
+                let held = match st.leased.entry(s.job) {
+                    Entry::Occupied(e) if e.get().lease() == s.lease => e.remove(),
+                    _ => {
+                        report.fenced.push(s.job);
+                        continue;
+                    }
+                };
                 st.release_lease_slot(s.lease);
                 report.applied += 1;
                 if let Outcome::Ack = s.outcome {
