@@ -45,16 +45,14 @@ impl Handoff {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next job, now marked running; `None` when the hand-off is done.
+    /// The next job, now marked running in place of the one before, which has finished;
+    /// `None` when the hand-off is done (and nothing runs). One lock per job, not one to
+    /// start it and another to finish it.
     fn start_next(&self) -> Option<Job> {
         let mut st = self.state();
         let job = st.waiting.pop_front();
         st.running = job.as_ref().map(|j| (j.id, j.lease));
         job
-    }
-
-    fn finish_running(&self) {
-        self.state().running = None;
     }
 
     /// Takes a job out if it is still waiting.
@@ -176,7 +174,6 @@ async fn run_handoff(ctx: &PoolContext, handoff: &Handoff, mut since: Instant) -
             Ok(fut) => outcome_of(attempts, run_caught(fut).await, &ctx.retry),
             Err(error) => Outcome::DeadLetter { error },
         };
-        handoff.finish_running();
         let took = if timed {
             let now = Instant::now();
             let took = now - since;
