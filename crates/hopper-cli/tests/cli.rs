@@ -452,3 +452,51 @@ fn load_prefilled_drains_the_backlog_in_place() {
     drop(broker);
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `hopper bench --only memory` reports each memory row as the median of its interleaved
+/// rounds: two rows, each a real drain of the asked size against a real mpsc baseline, the
+/// ratio taken between the two medians.
+#[test]
+fn bench_memory_rows_are_medians_of_rounds() {
+    let out = hopper(&["bench", "--only", "memory", "--scale", "0.001", "--json"]);
+    assert!(
+        out.status.success(),
+        "hopper bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&out.stdout).expect("--json prints one JSON array");
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["memory drain, c=8", "memory drain, c=8, max_batch 256"]
+    );
+    for r in &rows {
+        assert_eq!(r["jobs"], 1000, "{r}");
+        let (raw, ours) = (
+            r["raw_per_s"].as_f64().unwrap(),
+            r["hopper_per_s"].as_f64().unwrap(),
+        );
+        assert!(raw > 0.0 && ours > 0.0, "{r}");
+        let ratio = r["ratio"].as_f64().unwrap();
+        assert!(
+            (ratio - ours / raw).abs() < 0.01,
+            "ratio of the medians: {r}"
+        );
+        let fetches = r["fetches_per_1k"].as_f64().unwrap();
+        assert!(
+            (1000.0 / 256.0..=1000.0).contains(&fetches),
+            "fetches per 1,000 jobs within 1,000 / max_batch and 1,000: {r}"
+        );
+        assert!(
+            r["note"]
+                .as_str()
+                .unwrap()
+                .starts_with("median of 5 interleaved rounds"),
+            "{r}"
+        );
+    }
+}
