@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::options::SqliteOptions;
 use crate::queries;
+use crate::watch::{FileWatch, watch_file};
 use crate::writer::Writer;
 
 /// The embedded broker: every job in one SQLite file, no server.
@@ -41,14 +42,18 @@ pub struct SqliteBroker {
 }
 
 struct Inner {
+    /// Watches the file for commits by other processes (see [`crate::watch`]). Declared
+    /// before the writer so that it is dropped first: its thread holds a sender of the
+    /// writer's, whose thread exits (and whose drop returns) only once every sender is gone.
+    _watch: Option<FileWatch>,
     writer: Writer,
     clock: Clock,
     path: PathBuf,
     /// Bumped after committed work that a worker could take (enqueue, retry, release), so
     /// an idle worker in this process wakes at once rather than at its next poll. Shared by
     /// every broker of this process open on the same file (see [`wake_for`]), so a job
-    /// enqueued through one wakes a worker on another. Workers in other processes still
-    /// find the work by polling.
+    /// enqueued through one wakes a worker on another; commits by other processes bump it
+    /// through the file watch.
     wake: Arc<watch::Sender<u64>>,
 }
 
@@ -104,8 +109,12 @@ impl SqliteBroker {
         let path = path.as_ref().to_path_buf();
         let writer = Writer::start(path.clone(), &options).await?;
         let wake = wake_for(&path);
+        let watch = writer
+            .sender()
+            .and_then(|commands| watch_file(&path, commands, wake.clone()));
         Ok(SqliteBroker {
             inner: Arc::new(Inner {
+                _watch: watch,
                 writer,
                 clock: options.clock,
                 path,

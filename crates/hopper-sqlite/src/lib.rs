@@ -16,12 +16,14 @@
 //! - `schema`: connection settings and versioned migrations (`migrations/*.sql`, recorded in
 //!   `PRAGMA user_version`).
 //! - `sql`: every statement, one per file under `sql/`.
+//! - `watch`: wake-ups for commits by other processes, from a watch on the file.
 
 pub mod broker;
 pub mod options;
 mod queries;
 mod schema;
 mod sql;
+mod watch;
 mod writer;
 
 pub use broker::SqliteBroker;

@@ -23,7 +23,7 @@ use crate::options::SqliteOptions;
 use crate::{schema, sql};
 
 /// What the thread runs: one broker call.
-trait Command: Send {
+pub(crate) trait Command: Send {
     /// Whether the command may write; a group of reads only opens a read transaction.
     fn writes(&self) -> bool;
 
@@ -144,6 +144,12 @@ impl Writer {
             .send(command)
             .map_err(|_| Error::Closed("sqlite broker"))?;
         answer.await.map_err(|_| Error::Closed("sqlite broker"))?
+    }
+
+    /// A sender of commands to the thread, for the file watcher's checks. A clone keeps the
+    /// thread alive until dropped, so its holder must drop it before the writer.
+    pub(crate) fn sender(&self) -> Option<mpsc::Sender<Box<dyn Command>>> {
+        self.commands.clone()
     }
 
     fn stop(&mut self) {

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{Broker, JobContext, NewJob, QueueCounts, QueueOptions, Worker};
+use hopper_core::{Broker, JobContext, NewJob, QueueCounts, QueueOptions, Worker, WorkerHandle};
 use hopper_sqlite::SqliteBroker;
 use hopper_testkit::helpers::{assert_each_once, claim_concurrently, enqueue_n};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::support::TempDb;
 
@@ -32,22 +33,7 @@ async fn an_enqueue_on_one_broker_wakes_a_worker_on_another_of_the_same_file() {
     let db = TempDb::new("wake");
     let producer = SqliteBroker::open(db.path()).await.unwrap();
     let consumer: Arc<dyn Broker> = Arc::new(SqliteBroker::open(db.path()).await.unwrap());
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let worker = Worker::builder(consumer)
-        .poll_interval(Duration::from_secs(60))
-        .queue(
-            "q",
-            QueueOptions::new().concurrency(1),
-            move |job: JobContext<u32>| {
-                let tx = tx.clone();
-                async move {
-                    let _ = tx.send(job.payload);
-                    Ok(())
-                }
-            },
-        )
-        .start()
-        .unwrap();
+    let (worker, mut rx) = recording_worker(consumer, Duration::from_secs(60));
     for i in 0..3u32 {
         // Let the worker find the queue empty and go idle first.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -57,8 +43,123 @@ async fn an_enqueue_on_one_broker_wakes_a_worker_on_another_of_the_same_file() {
             .unwrap();
         let got = tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
-            .expect("woken by the shared signal, not the 60 s poll");
+            .expect("woken by the shared signal, not the 60 s poll")
+            .map(|(payload, _)| payload);
         assert_eq!(got, Some(i));
     }
     assert_eq!(worker.shutdown().await.completed, 3);
+}
+
+/// A worker at concurrency 1 on queue `q` that polls every `poll` and reports each job's
+/// payload and the time it started (µs since the epoch).
+fn recording_worker(
+    broker: Arc<dyn Broker>,
+    poll: Duration,
+) -> (WorkerHandle, UnboundedReceiver<(u32, u64)>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(broker)
+        .poll_interval(poll)
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(1),
+            move |job: JobContext<u32>| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send((job.payload, micros_now()));
+                    Ok(())
+                }
+            },
+        )
+        .start()
+        .unwrap();
+    (worker, rx)
+}
+
+/// The environment variables that make [`producer_process`] enqueue.
+const PRODUCER_DB: &str = "HOPPER_TEST_PRODUCER_DB";
+const PRODUCER_PAYLOAD: &str = "HOPPER_TEST_PRODUCER_PAYLOAD";
+
+/// A job committed by another process wakes an idle worker: each broker watches its file.
+/// The other process is this test binary run again, as [`producer_process`]; the worker
+/// polls once an hour, so only the watch can start a job within the 30 s allowed. Its own
+/// settlements wake nothing: once idle again, it makes no fetch for a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_by_another_process_wakes_an_idle_worker() {
+    let db = TempDb::new("other-process");
+    let consumer: Arc<dyn Broker> = Arc::new(SqliteBroker::open(db.path()).await.unwrap());
+    let (worker, mut rx) = recording_worker(consumer, Duration::from_secs(3600));
+    let exe = std::env::current_exe().unwrap();
+    for i in 0..3u32 {
+        // Let the worker find the queue empty and go idle first.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (exe, path) = (exe.clone(), db.path().to_owned());
+        let output = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(exe)
+                .args(["--exact", "sqlite::sharing::producer_process", "--ignored"])
+                .args(["--nocapture", "--quiet"])
+                .env(PRODUCER_DB, &path)
+                .env(PRODUCER_PAYLOAD, i.to_string())
+                .output()
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(output.status.success(), "the producer process failed");
+        let (got, started_us) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("woken by the file watch, not the hour's poll")
+            .unwrap();
+        assert_eq!(got, i);
+        // What the producer printed: when its enqueue returned (committed), in µs.
+        let committed_us = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("committed_us=")?.parse::<u64>().ok());
+        if let Some(committed_us) = committed_us {
+            eprintln!(
+                "job {i}: committed by the other process, started {} µs later",
+                started_us.saturating_sub(committed_us)
+            );
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = worker.stats().fetches + worker.stats().empty_fetches;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = worker.stats().fetches + worker.stats().empty_fetches;
+    assert_eq!(
+        after, before,
+        "an idle worker fetched with nothing committed"
+    );
+    assert_eq!(worker.shutdown().await.completed, 3);
+}
+
+/// Not a test of its own: the other process of
+/// [`a_commit_by_another_process_wakes_an_idle_worker`], which enqueues one job through a
+/// broker of its own when the environment names a file.
+#[test]
+#[ignore = "the producer process of a_commit_by_another_process_wakes_an_idle_worker"]
+fn producer_process() {
+    let (Ok(path), Ok(payload)) = (std::env::var(PRODUCER_DB), std::env::var(PRODUCER_PAYLOAD))
+    else {
+        return;
+    };
+    let payload: u32 = payload.parse().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let broker = SqliteBroker::open(&path).await.unwrap();
+        broker
+            .enqueue(vec![NewJob::json("q", &payload).unwrap()])
+            .await
+            .unwrap();
+        println!("committed_us={}", micros_now());
+    });
+}
+
+fn micros_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
 }
