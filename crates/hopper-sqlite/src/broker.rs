@@ -23,7 +23,8 @@ use crate::writer::Writer;
 /// One thread owns the connection and runs the calls of all handles in groups, one
 /// transaction per group (see the crate docs). Cheap to clone: clones share that thread.
 /// When the last clone drops, the thread finishes the calls already sent, closes the file
-/// and exits; the drop waits for that, which takes at most one group's time.
+/// and exits; the drop waits for that, which takes at most one group's time (and one check
+/// of the file watch, if one is in flight).
 ///
 /// Several brokers, in one process or many, may open the same file: claims are made
 /// inside write transactions and only while a job is still pending, so no job is handed
@@ -109,9 +110,16 @@ impl SqliteBroker {
         let path = path.as_ref().to_path_buf();
         let writer = Writer::start(path.clone(), &options).await?;
         let wake = wake_for(&path);
+        // Read before the broker is handed out, so that every commit by another process
+        // from here on changes it.
+        let data_version = writer
+            .call("reading the data version", false, |conn| {
+                conn.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
+            })
+            .await?;
         let watch = writer
             .sender()
-            .and_then(|commands| watch_file(&path, commands, wake.clone()));
+            .and_then(|commands| watch_file(&path, data_version, commands, wake.clone()));
         Ok(SqliteBroker {
             inner: Arc::new(Inner {
                 _watch: watch,

@@ -15,10 +15,12 @@
 //! the event can come too early. So an event is followed by checks at about 0, 1, 2, 5,
 //! 15, 40 and 95 ms, each waking the workers if it finds a commit. Meanwhile the watch is off: a busy broker's own
 //! commits would otherwise raise thousands of events a second, and the kernel's work on
-//! them cost a SQLite drain a tenth of its rate. The checks see any commit made while the
-//! watch was off, and one more check follows each time it is turned back on. Where no
-//! watch can be set up, or a commit takes longer than that to show, workers find the jobs
-//! at their next poll, as before.
+//! them cost a SQLite drain a tenth of its rate. A check sees every commit visible by
+//! then, made while the watch was off or not, and a few more checks follow each time it
+//! is turned back on, for a commit whose writes came while it was off. A commit that
+//! shows later than the last of them (a client that syncs between writing and
+//! publishing, on a slow disk) raises no event and is found at the workers' next poll, as
+//! it is where no watch can be set up.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -112,10 +114,13 @@ impl Drop for FileWatch {
 
 /// Watches the directory of the database at `path` for changes to the file or its `-wal`
 /// file, and checks on the broker's database thread (through `commands`) whether another
-/// connection committed; when one did, bumps `wake`. `None` (logged) when the platform or
-/// the directory allows no watch: workers then find other processes' jobs by polling.
+/// connection committed since `data_version` was read there; when one did, bumps `wake`.
+/// `None` (logged) when the directory cannot be watched: workers then find other
+/// processes' jobs by polling, as they also do where a watch reports no appends to a file
+/// (kqueue, on the BSDs, watches a directory's entries only).
 pub(crate) fn watch_file(
     path: &Path,
+    data_version: i64,
     commands: mpsc::Sender<Box<dyn Command>>,
     wake: Arc<watch::Sender<u64>>,
 ) -> Option<FileWatch> {
@@ -126,6 +131,9 @@ pub(crate) fn watch_file(
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    // Absolute, so that turning the watch off and on names the same directory after the
+    // process changes its working directory.
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
     let shared = Arc::new(Shared {
         flags: Mutex::new(Flags::default()),
         changed: Condvar::new(),
@@ -136,13 +144,17 @@ pub(crate) fn watch_file(
             .is_some_and(|f| f == name.as_os_str() || f == wal.as_os_str())
     };
     let handler = move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else {
-            return;
+        // An error or an event of no particular file (an overflowed queue asks for a
+        // rescan) may hide a commit: it sets off checks too.
+        let relevant = match event {
+            Err(_) => true,
+            Ok(event) => match event.kind {
+                EventKind::Modify(_) | EventKind::Create(_) => event.paths.iter().any(|p| ours(p)),
+                EventKind::Any | EventKind::Other => true,
+                EventKind::Access(_) | EventKind::Remove(_) => false,
+            },
         };
-        if !matches!(event.kind, EventKind::Modify(_) | EventKind::Create(_)) {
-            return;
-        }
-        if !event.paths.iter().any(|p| ours(p)) {
+        if !relevant {
             return;
         }
         if let Some(shared) = on_event.upgrade() {
@@ -169,7 +181,7 @@ pub(crate) fn watch_file(
         dir,
         commands,
         wake,
-        seen: Arc::new(AtomicI64::new(i64::MIN)),
+        seen: Arc::new(AtomicI64::new(data_version)),
     };
     match std::thread::Builder::new()
         .name("hopper-sqlite-watch".into())
@@ -202,7 +214,7 @@ struct Checker {
     dir: PathBuf,
     commands: mpsc::Sender<Box<dyn Command>>,
     wake: Arc<watch::Sender<u64>>,
-    /// `PRAGMA data_version` as last read; the first read only sets it.
+    /// `PRAGMA data_version` as last read: at open, then by each check.
     seen: Arc<AtomicI64>,
 }
 
@@ -211,10 +223,6 @@ impl Checker {
     /// watch back on and one more check. Returns when the broker closes, its database
     /// thread is gone, or the watch cannot be turned back on.
     fn run(mut self) {
-        // The first read only sets the version the next ones compare with.
-        if self.check().is_none() {
-            return;
-        }
         loop {
             if self.shared.wait_event() {
                 return;
@@ -237,9 +245,13 @@ impl Checker {
                 cannot_watch(&self.dir, &e);
                 return;
             }
-            // A commit between the last check and the watch being on again raised no event.
-            if self.check().is_none() {
-                return;
+            // A commit whose writes came while the watch was off raised no event: a few
+            // more checks, at about 0, 1, 2 and 5 ms, for one that was not yet visible at
+            // the series' last check.
+            for pause in std::iter::once(Duration::ZERO).chain(PAUSES.into_iter().take(3)) {
+                if self.shared.sleep(pause) || self.check().is_none() {
+                    return;
+                }
             }
         }
     }
@@ -279,7 +291,7 @@ impl Command for Check {
         match conn.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0)) {
             Ok(version) => {
                 let before = self.seen.swap(version, Ordering::AcqRel);
-                self.foreign = before != i64::MIN && before != version;
+                self.foreign = before != version;
                 true
             }
             Err(e) => {
@@ -290,7 +302,8 @@ impl Command for Check {
         }
     }
 
-    fn finish(self: Box<Self>, _failed: Option<&rusqlite::Error>) {
-        let _ = self.reply.send(self.foreign);
+    fn finish(self: Box<Self>, failed: Option<&rusqlite::Error>) {
+        // A group that failed before or after the read may hide a commit: wake to be safe.
+        let _ = self.reply.send(self.foreign || failed.is_some());
     }
 }

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{Broker, JobContext, NewJob, QueueCounts, QueueOptions, Worker, WorkerHandle};
+use hopper_core::{
+    Broker, FetchRequest, JobContext, NewJob, QueueCounts, QueueOptions, Settlement, Worker,
+    WorkerHandle,
+};
 use hopper_sqlite::SqliteBroker;
 use hopper_testkit::helpers::{assert_each_once, claim_concurrently, enqueue_n};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -81,13 +84,14 @@ const PRODUCER_PAYLOAD: &str = "HOPPER_TEST_PRODUCER_PAYLOAD";
 
 /// A job committed by another process wakes an idle worker: each broker watches its file.
 /// The other process is this test binary run again, as [`producer_process`]; the worker
-/// polls once an hour, so only the watch can start a job within the 30 s allowed. Its own
-/// settlements wake nothing: once idle again, it makes no fetch for a second.
+/// polls once an hour, so only the watch can start a job within the 30 s allowed. The
+/// broker's own commits wake nothing: claims and acks of another queue through it leave
+/// the idle worker's fetch count as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_by_another_process_wakes_an_idle_worker() {
     let db = TempDb::new("other-process");
     let consumer: Arc<dyn Broker> = Arc::new(SqliteBroker::open(db.path()).await.unwrap());
-    let (worker, mut rx) = recording_worker(consumer, Duration::from_secs(3600));
+    let (worker, mut rx) = recording_worker(consumer.clone(), Duration::from_secs(3600));
     let exe = std::env::current_exe().unwrap();
     for i in 0..3u32 {
         // Let the worker find the queue empty and go idle first.
@@ -121,13 +125,37 @@ async fn a_commit_by_another_process_wakes_an_idle_worker() {
             );
         }
     }
+    // The broker's own commits wake nothing. Jobs of another queue are enqueued through
+    // it first (which wakes the worker in this process, once, by design), then claimed
+    // and acknowledged through it while the worker is idle: six commits of its own, each
+    // setting off a series of checks, and not one fetch by the worker.
+    let others = (0..3u32)
+        .map(|n| NewJob::json("other", &n).unwrap())
+        .collect();
+    consumer.enqueue(others).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = worker.stats().fetches + worker.stats().empty_fetches;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = worker.stats().fetches + worker.stats().empty_fetches;
+    let fetches = |w: &WorkerHandle| {
+        let stats = w.stats();
+        stats.fetches + stats.empty_fetches
+    };
+    let before = fetches(&worker);
+    for _ in 0..3 {
+        let got = consumer
+            .fetch(FetchRequest::one("other", 1, Duration::from_secs(30)))
+            .await
+            .unwrap();
+        assert_eq!(got.jobs.len(), 1, "a job of the other queue");
+        consumer
+            .settle(vec![Settlement::ack(&got.jobs[0])])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        after, before,
-        "an idle worker fetched with nothing committed"
+        fetches(&worker),
+        before,
+        "the broker's own commits woke its idle worker"
     );
     assert_eq!(worker.shutdown().await.completed, 3);
 }
