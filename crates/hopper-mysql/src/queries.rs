@@ -146,16 +146,29 @@ pub(crate) async fn reap(
 /// All budgets go in one statement, a UNION ALL of one locking select per budget, unless
 /// the server refused that form once (`union` turns false), after which each budget is a
 /// statement of its own.
+///
+/// `levels[i]`, when given, is where budget `i` looks: only those priority levels, each as
+/// a range of due jobs (see [`levels`]); an empty list skips the budget.
 pub(crate) async fn claim(
     conn: &mut MySqlConnection,
     budgets: &[(&str, usize)],
+    levels: &[Option<Vec<i32>>],
     lease: LeaseId,
     ttl_ms: Millis,
     now: Option<Millis>,
     union: &AtomicBool,
 ) -> Result<Vec<Job>, sqlx::Error> {
+    let budgets: Vec<(&str, usize, Option<&[i32]>)> = budgets
+        .iter()
+        .zip(levels)
+        .map(|(&(queue, limit), levels)| (queue, limit, levels.as_deref()))
+        .filter(|(_, _, levels)| levels.is_none_or(|l| !l.is_empty()))
+        .collect();
+    let budgets = budgets.as_slice();
     let mut jobs = None;
-    if budgets.len() > 1 && union.load(Ordering::Relaxed) {
+    if budgets.is_empty() {
+        jobs = Some(Vec::new());
+    } else if budgets.len() > 1 && union.load(Ordering::Relaxed) {
         match candidates(conn, budgets, now, lease).await {
             Ok(found) => jobs = Some(found),
             Err(e) if refuses_union(&e) => {
@@ -199,19 +212,31 @@ fn refuses_union(e: &sqlx::Error) -> bool {
     matches!(server_error_number(e), Some(1064 | 1221))
 }
 
-/// Locks and reads the candidates of `budgets`, as they will be once claimed.
+/// Locks and reads the candidates of `budgets` (queue, limit, levels), as they will be once
+/// claimed.
 async fn candidates(
     conn: &mut MySqlConnection,
-    budgets: &[(&str, usize)],
+    budgets: &[(&str, usize, Option<&[i32]>)],
     now: Option<Millis>,
     lease: LeaseId,
 ) -> Result<Vec<Job>, sqlx::Error> {
-    let text = sql::claim(budgets.len());
+    // Level lists padded to a power of two (repeating the last), so that few texts are
+    // prepared.
+    let text = budgets
+        .iter()
+        .map(|(_, _, levels)| sql::claim_one(levels.map(|l| padded(l.len()))))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
 
     let mut query = sqlx::query(&text);
-    for (queue, limit) in budgets {
+    for (queue, limit, levels) in budgets {
+        query = query.bind(*queue);
+        if let Some(levels) = levels {
+            for i in 0..padded(levels.len()) {
+                query = query.bind(levels[i.min(levels.len() - 1)]);
+            }
+        }
         query = query
-            .bind(*queue)
             .bind(now)
             .bind(i64::try_from(*limit).unwrap_or(i64::MAX));
     }
@@ -223,6 +248,33 @@ async fn candidates(
             Ok(job)
         })
         .collect()
+}
+
+/// The most priority levels a claim reads level by level; a queue with more is claimed
+/// over the whole queue.
+const MAX_LEVELS: usize = 16;
+
+/// The priority levels among `queue`'s pending jobs, highest first, one index dive each;
+/// `None` past [`MAX_LEVELS`].
+pub(crate) async fn levels(
+    conn: &mut MySqlConnection,
+    queue: &str,
+) -> Result<Option<Vec<i32>>, sqlx::Error> {
+    let mut found = Vec::new();
+    let mut below = i64::MAX;
+    while let Some(level) = sqlx::query_scalar::<_, i32>(&sql::LEVEL_BELOW)
+        .bind(queue)
+        .bind(below)
+        .fetch_optional(&mut *conn)
+        .await?
+    {
+        if found.len() == MAX_LEVELS {
+            return Ok(None);
+        }
+        found.push(level);
+        below = i64::from(level);
+    }
+    Ok(Some(found))
 }
 
 /// The earliest `run_at` after now among the pending jobs of `queues`.

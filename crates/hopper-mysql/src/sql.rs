@@ -93,6 +93,10 @@ statements! {
     REAP = "reap.sql";
     /// One budget's candidates, locked; several are joined by UNION ALL.
     CLAIM = "claim.sql";
+    /// The same among the priority levels `{levels}` only, each a range of due jobs.
+    CLAIM_LEVELS = "claim_levels.sql";
+    /// The highest pending priority level of a queue below a bound.
+    LEVEL_BELOW = "level_below.sql";
     /// Takes claimed jobs under a lease, charging an attempt.
     LEASE_CLAIMED = "lease_claimed.sql";
     /// The earliest `run_at` after now among one queue's pending jobs.
@@ -170,9 +174,12 @@ pub(crate) fn settle_update(n: usize) -> String {
     repeat(&SETTLE_UPDATE, "{rows}", &SETTLE_ROW, n, " UNION ALL ")
 }
 
-/// The claim of `n` budgets in one statement.
-pub(crate) fn claim(n: usize) -> String {
-    repeat("{each}", "{each}", &CLAIM, n, " UNION ALL ")
+/// One budget's claim: by levels (`levels` placeholders) or, for `None`, over the queue.
+pub(crate) fn claim_one(levels: Option<usize>) -> String {
+    match levels {
+        None => CLAIM.clone(),
+        Some(n) => repeat(&CLAIM_LEVELS, "{levels}", "?", n, ", "),
+    }
 }
 
 /// The next due time over `n` queues.
@@ -192,7 +199,7 @@ pub(crate) fn needed_version() -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{all, claim, enqueue, padded, settle_update, with_ids, with_pairs};
+    use super::{all, claim_one, enqueue, padded, settle_update, with_ids, with_pairs};
 
     #[test]
     fn every_file_renders_without_comments_or_unexpanded_now() {
@@ -215,9 +222,12 @@ mod tests {
         assert_eq!(sql.as_str(), "(a, b) IN ((?, ?), (?, ?))");
         assert_eq!(enqueue(3).as_str().matches('?').count(), 24);
         assert_eq!(settle_update(2).as_str().matches("UNION ALL").count(), 1);
-        assert_eq!(
-            claim(3).as_str().matches("FOR UPDATE SKIP LOCKED").count(),
-            3
+        assert_eq!(claim_one(None).matches('?').count(), 3);
+        let by_levels = claim_one(Some(4));
+        assert!(
+            by_levels.contains("priority IN (?, ?, ?, ?)"),
+            "{by_levels}"
         );
+        assert_eq!(by_levels.matches('?').count(), 7);
     }
 }

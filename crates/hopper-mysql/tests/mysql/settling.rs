@@ -322,3 +322,57 @@ async fn a_connection_the_server_closed_is_replaced() {
         .await
         .unwrap();
 }
+
+/// After a short claim a broker claims level by level, and a level that appears since is
+/// claimed in the very next fetch: here a higher priority enqueued by another broker (as
+/// another process would), then a level reached by a reaped lease.
+#[tokio::test]
+async fn a_new_priority_level_is_claimed_in_the_next_fetch() {
+    let (broker, url) = super::support::broker_with(|o| o.wake_poll(None)).await;
+    let other = hopper_mysql::MySqlBroker::connect(&url).await.unwrap();
+    let delayed: Vec<NewJob> = (0..50)
+        .map(|i| {
+            NewJob::json("q", &i)
+                .unwrap()
+                .delay(Duration::from_secs(3600))
+        })
+        .collect();
+    broker.enqueue(delayed).await.unwrap();
+    broker
+        .enqueue(vec![NewJob::json("q", &"due").unwrap()])
+        .await
+        .unwrap();
+    let first = broker
+        .fetch(FetchRequest::one("q", 10, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.jobs.len(),
+        1,
+        "the one due job; the claim came back short"
+    );
+
+    other
+        .enqueue(vec![NewJob::json("q", &"urgent").unwrap().priority(9)])
+        .await
+        .unwrap();
+    let second = broker
+        .fetch(FetchRequest::one("q", 10, Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let priorities: Vec<i32> = second.jobs.iter().map(|j| j.priority).collect();
+    assert_eq!(priorities, [9], "the new level's job, in the next fetch");
+
+    // Its lease expires unsettled: pending again at level 9, then claimed at once.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let third = broker
+        .fetch(FetchRequest::one("q", 10, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let ids: Vec<_> = third.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(
+        ids,
+        [second.jobs[0].id],
+        "the reaped job, in the next fetch"
+    );
+}

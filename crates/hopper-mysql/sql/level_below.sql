@@ -1,0 +1,6 @@
+-- The highest priority level among a queue's pending jobs below a bound: one index dive.
+SELECT priority
+FROM hopper_jobs FORCE INDEX (hopper_jobs_ready)
+WHERE state = 0 AND queue = ? AND priority < ?
+ORDER BY priority DESC
+LIMIT 1
