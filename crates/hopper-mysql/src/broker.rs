@@ -1,7 +1,6 @@
 //! [`MySqlBroker`]: the [`Broker`] over MySQL 8 or MariaDB 10.6+.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use hopper_core::job::to_millis;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, Clock, Error, FetchRequest, Fetched, Job, JobId,
-    JobRecord, LeaseId, Millis, NewJob, QueueCounts, Result, SettleReport, Settlement,
+    Broker, CancelOutcome, Capabilities, Clock, Error, FetchRequest, Fetched, JobId, JobRecord,
+    LeaseId, Millis, NewJob, QueueCounts, Result, SettleReport, Settlement,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -50,13 +49,13 @@ struct Inner {
     last_reap: AtomicI64,
     /// Whether the server accepts every budget of a fetch in one UNION ALL statement.
     union_claims: AtomicBool,
-    /// The pending priority levels of each queue whose last claim here came back short.
-    /// Its next claim reads only those levels, each as a range of due jobs, rather than
-    /// walking every pending job of the queue, delayed ones included, as a claim that
-    /// cannot fill its limit does. A full claim drops the entry; a level that appeared
-    /// since (another process's enqueue) is missed by one claim at most, which then comes
-    /// back short and looks again.
-    claim_levels: Mutex<HashMap<String, Vec<i32>>>,
+    /// The queues whose last claim here came back short. Their next claim first looks up
+    /// the queue's pending priority levels (one index dive each) and then reads only those
+    /// levels, each as a range of due jobs, rather than walking every pending job of the
+    /// queue, delayed ones included, as a claim that cannot fill its limit does. The
+    /// levels are looked up in the claim's own transaction, so none is ever missed; a full
+    /// claim takes the queue out again.
+    by_levels: Mutex<HashSet<String>>,
     /// `auto_increment_increment`: the step between the ids of one insert.
     id_step: i64,
 }
@@ -127,15 +126,15 @@ impl MySqlBroker {
                 poller,
                 last_reap: AtomicI64::new(i64::MIN),
                 union_claims: AtomicBool::new(true),
-                claim_levels: Mutex::new(HashMap::new()),
+                by_levels: Mutex::new(HashSet::new()),
                 id_step,
             }),
         })
     }
 
-    fn claim_levels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<i32>>> {
+    fn by_levels(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.inner
-            .claim_levels
+            .by_levels
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -244,74 +243,44 @@ impl Broker for MySqlBroker {
         let ttl = millis(request.lease_ttl);
         let reap = self.reap_due(now);
         let union = &self.inner.union_claims;
-        let known: Vec<Option<Vec<i32>>> = {
-            let levels = self.claim_levels();
-            budgets
-                .iter()
-                .map(|(q, _)| levels.get(*q).cloned())
-                .collect()
+        let by_levels: Vec<bool> = {
+            let set = self.by_levels();
+            budgets.iter().map(|(q, _)| set.contains(*q)).collect()
         };
-        let known = &known;
-        let (jobs, next_due, reaped, found) =
+        let by_levels = &by_levels;
+        let (jobs, next_due, reaped, short) =
             transaction!(&self.inner.conns, "fetching jobs", |conn| async {
                 let reaped = if reap {
                     queries::reap(conn, now).await?
                 } else {
                     0
                 };
-                let mut jobs =
-                    queries::claim(conn, &budgets, known, lease, ttl, now, union).await?;
-                let got =
-                    |jobs: &[Job], queue: &str| jobs.iter().filter(|j| j.queue == queue).count();
-                // A short claim looks up the queue's levels again. One that read known levels
-                // only and finds others claims from those at once: a level that appeared
-                // since (a reaped lease, another process's enqueue) is never left waiting
-                // for the next poll.
-                let mut found = Vec::new();
-                let mut again: (Vec<(&str, usize)>, Vec<Option<Vec<i32>>>) = Default::default();
-                for ((queue, limit), known) in budgets.iter().zip(known) {
-                    let have = got(&jobs, queue);
-                    if have >= *limit {
-                        continue;
-                    }
-                    let levels = queries::levels(conn, queue).await?;
-                    if let (Some(known), Some(levels)) = (known, &levels) {
-                        let fresh: Vec<i32> = levels
-                            .iter()
-                            .filter(|l| !known.contains(l))
-                            .copied()
-                            .collect();
-                        if !fresh.is_empty() {
-                            again.0.push((*queue, limit - have));
-                            again.1.push(Some(fresh));
-                        }
-                    }
-                    found.push((*queue, levels));
+                let mut levels = Vec::with_capacity(budgets.len());
+                for ((queue, _), by_levels) in budgets.iter().zip(by_levels) {
+                    levels.push(if *by_levels {
+                        queries::levels(conn, queue).await?
+                    } else {
+                        None
+                    });
                 }
-                if !again.0.is_empty() {
-                    let more =
-                        queries::claim(conn, &again.0, &again.1, lease, ttl, now, union).await?;
-                    jobs.extend(more);
-                    jobs.sort_by_key(|j| (Reverse(j.priority), j.run_at, j.id));
-                }
+                let jobs = queries::claim(conn, &budgets, &levels, lease, ttl, now, union).await?;
                 let short: Vec<&str> = budgets
                     .iter()
-                    .filter(|(queue, limit)| got(&jobs, queue) < *limit)
+                    .filter(|(queue, limit)| {
+                        jobs.iter().filter(|j| j.queue == *queue).count() < *limit
+                    })
                     .map(|(queue, _)| *queue)
                     .collect();
                 let next_due = queries::next_due(conn, &short, now).await?;
-                Ok((jobs, next_due, reaped, found))
+                Ok((jobs, next_due, reaped, short))
             })?;
         {
-            let mut levels = self.claim_levels();
+            let mut set = self.by_levels();
             for (queue, _) in &budgets {
-                match found.iter().find(|(q, _)| q == queue) {
-                    Some((_, Some(found))) => {
-                        levels.insert((*queue).to_owned(), found.clone());
-                    }
-                    _ => {
-                        levels.remove(*queue);
-                    }
+                if short.contains(queue) {
+                    set.insert((*queue).to_owned());
+                } else {
+                    set.remove(*queue);
                 }
             }
         }

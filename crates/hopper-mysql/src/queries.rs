@@ -148,7 +148,8 @@ pub(crate) async fn reap(
 /// statement of its own.
 ///
 /// `levels[i]`, when given, is where budget `i` looks: only those priority levels, each as
-/// a range of due jobs (see [`levels`]); an empty list skips the budget.
+/// a range of due jobs (see [`levels`], looked up in the same transaction just before); an
+/// empty list (nothing pending) skips the budget.
 pub(crate) async fn claim(
     conn: &mut MySqlConnection,
     budgets: &[(&str, usize)],

@@ -323,13 +323,29 @@ async fn a_connection_the_server_closed_is_replaced() {
         .unwrap();
 }
 
-/// After a short claim a broker claims level by level, and a level that appears since is
-/// claimed in the very next fetch: here a higher priority enqueued by another broker (as
-/// another process would), then a level reached by a reaped lease.
+/// After a short claim a broker claims level by level, looking the levels up in the claim's
+/// own transaction: jobs another broker (as another process would) enqueues at a new, higher
+/// level are claimed first, whole batches of them; past sixteen levels the claim reads the
+/// whole queue, and still in priority order.
 #[tokio::test]
-async fn a_new_priority_level_is_claimed_in_the_next_fetch() {
-    let (broker, url) = super::support::broker_with(|o| o.wake_poll(None)).await;
+async fn claims_by_level_follow_every_level_in_priority_order() {
+    let (broker, url) = broker_with(|o| o.wake_poll(None)).await;
     let other = hopper_mysql::MySqlBroker::connect(&url).await.unwrap();
+    let fetch = |limit: usize| {
+        let broker = broker.clone();
+        async move {
+            let f = broker
+                .fetch(FetchRequest::one("q", limit, Duration::from_secs(30)))
+                .await
+                .unwrap();
+            f.jobs.iter().map(|j| j.priority).collect::<Vec<i32>>()
+        }
+    };
+    let at = |priority: i32, n: usize| -> Vec<NewJob> {
+        (0..n)
+            .map(|i| NewJob::json("q", &i).unwrap().priority(priority))
+            .collect()
+    };
     let delayed: Vec<NewJob> = (0..50)
         .map(|i| {
             NewJob::json("q", &i)
@@ -338,41 +354,21 @@ async fn a_new_priority_level_is_claimed_in_the_next_fetch() {
         })
         .collect();
     broker.enqueue(delayed).await.unwrap();
-    broker
-        .enqueue(vec![NewJob::json("q", &"due").unwrap()])
-        .await
-        .unwrap();
-    let first = broker
-        .fetch(FetchRequest::one("q", 10, Duration::from_secs(30)))
-        .await
-        .unwrap();
-    assert_eq!(
-        first.jobs.len(),
-        1,
-        "the one due job; the claim came back short"
-    );
+    broker.enqueue(at(0, 1)).await.unwrap();
+    assert_eq!(fetch(10).await, [0], "the one due job: a short claim");
 
-    other
-        .enqueue(vec![NewJob::json("q", &"urgent").unwrap().priority(9)])
-        .await
-        .unwrap();
-    let second = broker
-        .fetch(FetchRequest::one("q", 10, Duration::from_secs(2)))
-        .await
-        .unwrap();
-    let priorities: Vec<i32> = second.jobs.iter().map(|j| j.priority).collect();
-    assert_eq!(priorities, [9], "the new level's job, in the next fetch");
+    // Claimed by level now. A new level above the known one fills the whole batch.
+    other.enqueue(at(0, 3)).await.unwrap();
+    other.enqueue(at(9, 10)).await.unwrap();
+    assert_eq!(fetch(10).await, [9; 10], "the new, higher level first");
+    assert_eq!(fetch(10).await, [0; 3], "then the level below; short again");
 
-    // Its lease expires unsettled: pending again at level 9, then claimed at once.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
-    let third = broker
-        .fetch(FetchRequest::one("q", 10, Duration::from_secs(30)))
-        .await
-        .unwrap();
-    let ids: Vec<_> = third.jobs.iter().map(|j| j.id).collect();
-    assert_eq!(
-        ids,
-        [second.jobs[0].id],
-        "the reaped job, in the next fetch"
-    );
+    // Seventeen more levels: more than a claim by level reads, so the whole queue.
+    for p in 1..=17 {
+        other.enqueue(at(p, 1)).await.unwrap();
+    }
+    let want: Vec<i32> = (8..=17).rev().collect();
+    assert_eq!(fetch(10).await, want, "the ten highest of eighteen levels");
+    let want: Vec<i32> = (1..=7).rev().collect();
+    assert_eq!(fetch(10).await, want, "and the rest");
 }
