@@ -34,6 +34,13 @@ fn load_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("--json prints one JSON object")
 }
 
+/// A load run's report says all `jobs` ran, none was lost and none ran twice.
+fn assert_each_ran_once(report: &serde_json::Value, jobs: u64) {
+    assert_eq!(report["completed"], jobs, "completed: {report}");
+    assert_eq!(report["lost"], 0, "lost: {report}");
+    assert_eq!(report["duplicates"], 0, "duplicates: {report}");
+}
+
 fn sizes(report: &serde_json::Value) -> Vec<u64> {
     report["batch_sizes"]
         .as_array()
@@ -79,9 +86,7 @@ fn load_on_memory_runs_every_job_once() {
         "8",
         "--json",
     ]);
-    assert_eq!(r["completed"], 20000);
-    assert_eq!(r["lost"], 0);
-    assert_eq!(r["duplicates"], 0);
+    assert_each_ran_once(&r, 20000);
     let s = sizes(&r);
     assert_eq!(s.iter().sum::<u64>(), 20000);
     assert!(s.iter().all(|&n| n <= 50), "max_batch 50 caps every fetch");
@@ -109,9 +114,7 @@ fn load_on_sqlite_with_two_workers_loses_nothing_and_claims_by_slots() {
         "--json",
     ]);
     std::fs::remove_dir_all(dir).ok();
-    assert_eq!(r["completed"], 5000);
-    assert_eq!(r["lost"], 0);
-    assert_eq!(r["duplicates"], 0);
+    assert_each_ran_once(&r, 5000);
     assert_eq!(r["workers"], 2);
     // Two queues at concurrency 10 each: a fetch holds at most 20 jobs.
     assert!(sizes(&r).iter().all(|&n| n <= 20), "{:?}", sizes(&r));
@@ -275,9 +278,7 @@ fn migrate_then_load_on_postgres() {
         "--json",
     ]);
     drop_postgres_schema(&schema);
-    assert_eq!(r["completed"], 3000);
-    assert_eq!(r["lost"], 0);
-    assert_eq!(r["duplicates"], 0);
+    assert_each_ran_once(&r, 3000);
     assert!(
         sizes(&r).iter().all(|&n| n <= 10),
         "slots: at most the 10 free slots"
@@ -317,9 +318,7 @@ fn migrate_then_load_on_mariadb() {
         "--json",
     ]);
     mariadb(&format!("DROP DATABASE {db}"));
-    assert_eq!(r["completed"], 2000);
-    assert_eq!(r["lost"], 0);
-    assert_eq!(r["duplicates"], 0);
+    assert_each_ran_once(&r, 2000);
     assert!(sizes(&r).iter().all(|&n| n <= 10));
 }
 
@@ -437,9 +436,7 @@ fn load_prefilled_drains_the_backlog_in_place() {
         "--prefilled",
         "--json",
     ]);
-    assert_eq!(r["completed"], 300);
-    assert_eq!(r["lost"], 0);
-    assert_eq!(r["duplicates"], 0);
+    assert_each_ran_once(&r, 300);
     assert_eq!(r["enqueue_s"].as_f64(), Some(0.0));
     let (pre, other) = rt.block_on(async {
         (
