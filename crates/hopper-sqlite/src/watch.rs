@@ -23,7 +23,6 @@
 //! it is where no watch can be set up.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -181,7 +180,7 @@ pub(crate) fn watch_file(
         dir,
         commands,
         wake,
-        seen: Arc::new(AtomicI64::new(data_version)),
+        seen: data_version,
     };
     match std::thread::Builder::new()
         .name("hopper-sqlite-watch".into())
@@ -215,7 +214,7 @@ struct Checker {
     commands: mpsc::Sender<Box<dyn Command>>,
     wake: Arc<watch::Sender<u64>>,
     /// `PRAGMA data_version` as last read: at open, then by each check.
-    seen: Arc<AtomicI64>,
+    seen: i64,
 }
 
 impl Checker {
@@ -258,15 +257,18 @@ impl Checker {
 
     /// One check on the database thread: `Some(true)` when another connection committed
     /// since the last (the file's workers are then woken), `None` when the thread is gone.
-    fn check(&self) -> Option<bool> {
+    fn check(&mut self) -> Option<bool> {
         let (reply, answer) = mpsc::channel();
         let check = Box::new(Check {
-            seen: self.seen.clone(),
-            foreign: false,
+            version: None,
             reply,
         });
         self.commands.send(check).ok()?;
-        let foreign = answer.recv().ok()?;
+        // No version read (a failed group) may hide a commit: wake to be safe.
+        let foreign = match answer.recv().ok()? {
+            Some(version) => std::mem::replace(&mut self.seen, version) != version,
+            None => true,
+        };
         if foreign {
             self.wake.send_modify(|n| *n = n.wrapping_add(1));
         }
@@ -274,12 +276,11 @@ impl Checker {
     }
 }
 
-/// Reads `PRAGMA data_version` on the database thread and answers, once the group it ran
-/// in has ended, whether another connection committed since the last read.
+/// Reads `PRAGMA data_version` on the database thread and answers with it once the group
+/// it ran in has ended; with `None` when the read or the group failed.
 struct Check {
-    seen: Arc<AtomicI64>,
-    foreign: bool,
-    reply: mpsc::Sender<bool>,
+    version: Option<i64>,
+    reply: mpsc::Sender<Option<i64>>,
 }
 
 impl Command for Check {
@@ -290,20 +291,17 @@ impl Command for Check {
     fn run(&mut self, conn: &Connection) -> bool {
         match conn.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0)) {
             Ok(version) => {
-                let before = self.seen.swap(version, Ordering::AcqRel);
-                self.foreign = before != version;
+                self.version = Some(version);
                 true
             }
             Err(e) => {
                 tracing::debug!(error = %e, "reading data_version failed; waking to be safe");
-                self.foreign = true;
                 false
             }
         }
     }
 
     fn finish(self: Box<Self>, failed: Option<&rusqlite::Error>) {
-        // A group that failed before or after the read may hide a commit: wake to be safe.
-        let _ = self.reply.send(self.foreign || failed.is_some());
+        let _ = self.reply.send(self.version.filter(|_| failed.is_none()));
     }
 }
