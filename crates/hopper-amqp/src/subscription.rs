@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use hopper_core::{Job, Result};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
@@ -150,24 +150,35 @@ impl Subscription {
     }
 
     fn push(&self, delivery: Delivery, generation: u64, wake: &watch::Sender<u64>) {
-        let tag = delivery.delivery_tag;
-        let message_id = delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .map(|m| m.as_str().to_owned());
-        let job = wire::decode(delivery, &self.queue, generation, self.kind, now_ms());
-        let held = Held {
-            job: job.clone(),
-            message_id,
-        };
+        self.push_all(vec![delivery], generation, wake);
+    }
+
+    /// Buffers `deliveries` of channel `generation` under one lock, and wakes the worker
+    /// once.
+    fn push_all(&self, deliveries: Vec<Delivery>, generation: u64, wake: &watch::Sender<u64>) {
+        let at = now_ms();
+        let decoded: Vec<(u64, Held)> = deliveries
+            .into_iter()
+            .map(|delivery| {
+                let tag = delivery.delivery_tag;
+                let message_id = delivery
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(|m| m.as_str().to_owned());
+                let job = wire::decode(delivery, &self.queue, generation, self.kind, at);
+                (tag, Held { job, message_id })
+            })
+            .collect();
         {
             let mut st = self.state();
             if st.generation != generation {
-                return; // a straggler of a channel already replaced
+                return; // stragglers of a channel already replaced
             }
-            st.unsettled.insert(tag, held);
-            st.buffer.push_back(job);
+            for (tag, held) in decoded {
+                st.buffer.push_back(held.job.clone());
+                st.unsettled.insert(tag, held);
+            }
         }
         wake.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -342,6 +353,27 @@ async fn consume(
         .map_err(|e| amqp_err(format!("consuming from queue {}", sub.queue), e))
 }
 
+/// Most deliveries taken in one push (see [`ready_deliveries`]).
+const PUSH_MAX: usize = 256;
+
+/// `first` and the deliveries `consumer` already holds after it, up to [`PUSH_MAX`], without
+/// waiting; and how the stream ended if it did meanwhile (`Ok` for ended by the server).
+fn ready_deliveries(
+    consumer: &mut Consumer,
+    first: Delivery,
+) -> (Vec<Delivery>, Option<lapin::Result<()>>) {
+    let mut ready = vec![first];
+    while ready.len() < PUSH_MAX {
+        match consumer.next().now_or_never() {
+            Some(Some(Ok(d))) => ready.push(d),
+            Some(Some(Err(e))) => return (ready, Some(Err(e))),
+            Some(None) => return (ready, Some(Ok(()))),
+            None => break,
+        }
+    }
+    (ready, None)
+}
+
 /// The subscription task: open, move deliveries into the buffer, obey commands; after a
 /// loss, reopen with backoff under the same window (a new generation).
 async fn run(
@@ -363,17 +395,30 @@ async fn run(
                 }
                 loop {
                     tokio::select! {
-                        d = consumer.next() => match d {
-                            Some(Ok(d)) => sub.push(d, generation, &wake),
-                            Some(Err(e)) => {
-                                tracing::warn!(queue = %sub.queue, error = %e, "subscription lost; reopening");
-                                break;
+                        d = consumer.next() => {
+                            let end = match d {
+                                Some(Ok(d)) => {
+                                    // What else already arrived goes in the same push: one
+                                    // lock and one wake-up of the worker for all of it.
+                                    let (ready, end) = ready_deliveries(&mut consumer, d);
+                                    sub.push_all(ready, generation, &wake);
+                                    end
+                                }
+                                Some(Err(e)) => Some(Err(e)),
+                                None => Some(Ok(())),
+                            };
+                            match end {
+                                None => {}
+                                Some(Err(e)) => {
+                                    tracing::warn!(queue = %sub.queue, error = %e, "subscription lost; reopening");
+                                    break;
+                                }
+                                Some(Ok(())) => {
+                                    tracing::warn!(queue = %sub.queue, "consumer ended by the server; reopening");
+                                    break;
+                                }
                             }
-                            None => {
-                                tracing::warn!(queue = %sub.queue, "consumer ended by the server; reopening");
-                                break;
-                            }
-                        },
+                        }
                         cmd = cmds.recv() => match cmd {
                             Some(Cmd::Window(w, reply)) => {
                                 let r = rewindow(&sub, &channel, &mut consumer, w, generation, &wake, &mut seq).await;
@@ -435,5 +480,97 @@ async fn run(
             }
         }
         wait = (wait * 2).min(max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+    use lapin::{BasicProperties, Connection, ConnectionProperties};
+
+    fn url() -> String {
+        std::env::var("HOPPER_TEST_AMQP_URL")
+            .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+    }
+
+    /// Against the real server: 500 deliveries that all arrived are taken 256 at a time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deliveries_that_arrived_together_are_taken_together() {
+        let conn = Connection::connect(&url(), ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ at HOPPER_TEST_AMQP_URL or 127.0.0.1:5672");
+        let ch = conn.create_channel().await.unwrap();
+        // Server-named and exclusive: this test's own, gone with its connection.
+        let queue = ch
+            .queue_declare(
+                "".into(),
+                QueueDeclareOptions {
+                    exclusive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        for i in 0..500u32 {
+            ch.basic_publish(
+                "".into(),
+                queue.name().as_str().into(),
+                BasicPublishOptions::default(),
+                &i.to_be_bytes(),
+                BasicProperties::default(),
+            )
+            .await
+            .unwrap();
+        }
+        ch.basic_qos(500, BasicQosOptions::default()).await.unwrap();
+        let mut consumer = ch
+            .basic_consume(
+                queue.name().as_str().into(),
+                "push-test".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        // Nothing polls the consumer until the server has pushed every message, and
+        // lapin's own thread has had a moment to read them in.
+        let probe = conn.create_channel().await.unwrap();
+        for _ in 0..200 {
+            let q = probe
+                .queue_declare(
+                    queue.name().as_str().into(),
+                    QueueDeclareOptions {
+                        passive: true,
+                        ..QueueDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .unwrap();
+            if q.message_count() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let mut sizes = Vec::new();
+        let mut order = Vec::new();
+        while order.len() < 500 {
+            let first = consumer.next().await.expect("open").expect("a delivery");
+            let (ready, end) = ready_deliveries(&mut consumer, first);
+            assert!(end.is_none(), "the consumer is still running");
+            sizes.push(ready.len());
+            order.extend(
+                ready
+                    .iter()
+                    .map(|d| u32::from_be_bytes(d.data[..4].try_into().unwrap())),
+            );
+        }
+        assert_eq!(sizes, vec![PUSH_MAX, 500 - PUSH_MAX]);
+        assert_eq!(order, (0..500).collect::<Vec<_>>(), "in delivery order");
+        let _ = conn.close(200, "done".into()).await;
     }
 }
