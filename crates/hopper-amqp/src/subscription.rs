@@ -494,7 +494,24 @@ mod tests {
             .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
     }
 
-    /// Against the real server: 500 deliveries that all arrived are taken 256 at a time.
+    async fn publish(ch: &Channel, queue: &str, i: u32) {
+        ch.basic_publish(
+            "".into(),
+            queue.into(),
+            BasicPublishOptions::default(),
+            &i.to_be_bytes(),
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+    }
+
+    fn number(d: &Delivery) -> u32 {
+        u32::from_be_bytes(d.data[..4].try_into().unwrap())
+    }
+
+    /// Against the real server: 500 deliveries that all arrived are taken 256 then 244, in
+    /// order; a take that ended because nothing more had arrived still wakes for the next.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn deliveries_that_arrived_together_are_taken_together() {
         let conn = Connection::connect(&url(), ConnectionProperties::default())
@@ -513,64 +530,70 @@ mod tests {
             )
             .await
             .unwrap();
-        for i in 0..500u32 {
-            ch.basic_publish(
-                "".into(),
-                queue.name().as_str().into(),
-                BasicPublishOptions::default(),
-                &i.to_be_bytes(),
-                BasicProperties::default(),
-            )
-            .await
-            .unwrap();
+        let name = queue.name().as_str();
+        for i in 0..500 {
+            publish(&ch, name, i).await;
         }
         ch.basic_qos(500, BasicQosOptions::default()).await.unwrap();
         let mut consumer = ch
             .basic_consume(
-                queue.name().as_str().into(),
+                name.into(),
                 "push-test".into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
             .await
             .unwrap();
-        // Nothing polls the consumer until the server has pushed every message, and
-        // lapin's own thread has had a moment to read them in.
+        // Nothing polls the consumer until the queue has handed every message to the
+        // consumer's channel ...
         let probe = conn.create_channel().await.unwrap();
-        for _ in 0..200 {
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let mut ready = u32::MAX;
+        for _ in 0..1200 {
             let q = probe
-                .queue_declare(
-                    queue.name().as_str().into(),
-                    QueueDeclareOptions {
-                        passive: true,
-                        ..QueueDeclareOptions::default()
-                    },
-                    FieldTable::default(),
-                )
+                .queue_declare(name.into(), passive, FieldTable::default())
                 .await
                 .unwrap();
-            if q.message_count() == 0 {
+            ready = q.message_count();
+            if ready == 0 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(ready, 0, "the server pushed every message within 30 s");
+        // ... and until a reply on that channel came back: the server sends it after the
+        // deliveries it already held, and lapin hands each delivery to the consumer before
+        // it completes the reply.
+        ch.basic_qos(500, BasicQosOptions::default()).await.unwrap();
 
-        let mut sizes = Vec::new();
-        let mut order = Vec::new();
+        let (mut sizes, mut order, mut last_tag) = (Vec::new(), Vec::new(), 0);
         while order.len() < 500 {
             let first = consumer.next().await.expect("open").expect("a delivery");
             let (ready, end) = ready_deliveries(&mut consumer, first);
             assert!(end.is_none(), "the consumer is still running");
             sizes.push(ready.len());
-            order.extend(
-                ready
-                    .iter()
-                    .map(|d| u32::from_be_bytes(d.data[..4].try_into().unwrap())),
-            );
+            order.extend(ready.iter().map(number));
+            last_tag = ready.last().map_or(last_tag, |d| d.delivery_tag);
         }
         assert_eq!(sizes, vec![PUSH_MAX, 500 - PUSH_MAX]);
         assert_eq!(order, (0..500).collect::<Vec<_>>(), "in delivery order");
+
+        // The last take stopped at an empty consumer, polled without a waker of its own;
+        // the next delivery must still wake the consumer's next poll. (The window is full
+        // until the 500 are acknowledged.)
+        ch.basic_ack(last_tag, BasicAckOptions { multiple: true })
+            .await
+            .unwrap();
+        publish(&ch, name, 500).await;
+        let next = tokio::time::timeout(Duration::from_secs(30), consumer.next())
+            .await
+            .expect("the delivery after a take that ran dry arrives")
+            .expect("open")
+            .expect("a delivery");
+        assert_eq!(number(&next), 500);
         let _ = conn.close(200, "done".into()).await;
     }
 }

@@ -335,14 +335,16 @@ async fn amqp_row(url: &str, jobs: usize, window: u16) -> Result<Row> {
         .await?;
         hopper.push(row);
     }
-    let paired = paired_ratio(&hopper, &grouped);
+    let (paired, paired_each) = (
+        paired_ratio(&hopper, &grouped),
+        paired_ratio(&hopper, &each),
+    );
     let mut row = median_row(hopper);
     let (each, grouped) = (median(&mut each), median(&mut grouped));
     row.raw_per_s = Some(grouped);
     row.note = format!(
-        "medians of {AMQP_ROUNDS} interleaved rounds, ratio the median of each round's; raw: \
-         lapin, grouped acks; acking each {each:.0}/s (Hopper/that {:.2})",
-        row.hopper_per_s.unwrap_or(0.0) / each
+        "medians of {AMQP_ROUNDS} interleaved rounds, ratios the median of each round's; \
+         raw: lapin, grouped acks; acking each {each:.0}/s (Hopper/that {paired_each:.2})"
     );
     row.ratio = Some(paired);
     drop(admin);
@@ -351,7 +353,7 @@ async fn amqp_row(url: &str, jobs: usize, window: u16) -> Result<Row> {
 }
 
 /// The median of each round's Hopper rate over that round's raw rate. The server moves
-/// between a slow and a fast mode that lasts several seconds (one raw loop drained at 30k
+/// between a slow and a fast mode that lasts a few seconds (one raw loop drained at 30k
 /// and at 50k msgs/s in consecutive rounds on 1 December), so a ratio of the two medians
 /// could set a fast raw round against a slow Hopper one.
 fn paired_ratio(hopper: &[Row], raw: &[f64]) -> f64 {
