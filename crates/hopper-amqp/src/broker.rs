@@ -34,11 +34,31 @@ use crate::topology::{Topology, dead_queue, retry_bucket};
 use crate::wire;
 
 /// A message to publish and where.
+#[derive(Clone)]
 struct Outgoing {
     exchange: String,
     routing_key: String,
     payload: Vec<u8>,
     properties: BasicProperties,
+}
+
+/// What became of one published message.
+enum Published {
+    /// The server confirmed it (or confirms are off).
+    Taken,
+    /// No queue took it: the queue it was routed to does not exist.
+    Unroutable(Error),
+    /// Refused, or its fate is unknown (the channel closed before the confirm).
+    Failed(Error),
+}
+
+impl Published {
+    fn into_result(self) -> Result<()> {
+        match self {
+            Published::Taken => Ok(()),
+            Published::Unroutable(e) | Published::Failed(e) => Err(e),
+        }
+    }
 }
 
 /// The RabbitMQ broker. Cheap to share behind an `Arc`; dropping the last handle closes
@@ -51,7 +71,7 @@ pub struct AmqpBroker {
 #[derive(Debug)]
 struct Inner {
     link: Arc<Link>,
-    topology: Topology,
+    topology: Arc<Topology>,
     subs: Mutex<HashMap<String, Arc<Subscription>>>,
     /// Held while a subscription is being opened, so two callers never open two.
     opening: tokio::sync::Mutex<()>,
@@ -122,7 +142,7 @@ impl AmqpBroker {
         Ok(AmqpBroker {
             inner: Arc::new(Inner {
                 link,
-                topology: Topology::new(options),
+                topology: Arc::new(Topology::new(options)),
                 subs: Mutex::new(HashMap::new()),
                 opening: tokio::sync::Mutex::new(()),
                 wake,
@@ -166,7 +186,7 @@ impl AmqpBroker {
 
     /// Publishes messages on the confirm channel, all at once, then waits for every
     /// confirmation: one round trip for the lot. One result per message, in order.
-    async fn publish(&self, messages: Vec<Outgoing>) -> Result<Vec<Result<()>>> {
+    async fn publish(&self, messages: &[Outgoing]) -> Result<Vec<Published>> {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
@@ -192,24 +212,34 @@ impl AmqpBroker {
             confirms.push(s.map_err(|e| amqp_err("publishing", e))?);
         }
         if !self.inner.link.confirms() {
-            return Ok(messages.iter().map(|_| Ok(())).collect());
+            return Ok(messages.iter().map(|_| Published::Taken).collect());
         }
         let confirmed = join_all(confirms).await;
         Ok(confirmed
             .into_iter()
-            .zip(&messages)
+            .zip(messages)
             .map(|(c, m)| match c {
-                Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => Ok(()),
-                Ok(Confirmation::Ack(Some(_))) => Err(Error::broker_msg(format!(
-                    "no queue took the message for `{}` on exchange `{}`: the queue does not \
-                     exist (declare it, or connect with declare=true)",
-                    m.routing_key, m.exchange
-                ))),
-                Ok(Confirmation::Nack(_)) => Err(Error::broker_msg(format!(
+                Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => Published::Taken,
+                Ok(Confirmation::Ack(Some(_))) => {
+                    // Declared once but gone: the next use declares it again.
+                    self.inner.topology.forget(&m.routing_key);
+                    Published::Unroutable(Error::broker_msg(format!(
+                        "no queue took the message for `{}` on exchange `{}`: the queue does \
+                         not exist ({})",
+                        m.routing_key,
+                        m.exchange,
+                        if self.inner.topology.declares() {
+                            "it was deleted; it is declared again before the next publish"
+                        } else {
+                            "declare it, or connect with declare=true"
+                        }
+                    )))
+                }
+                Ok(Confirmation::Nack(_)) => Published::Failed(Error::broker_msg(format!(
                     "RabbitMQ refused the message for `{}` (publisher nack)",
                     m.routing_key
                 ))),
-                Err(e) => Err(amqp_err("waiting for a publisher confirm", e)),
+                Err(e) => Published::Failed(amqp_err("waiting for a publisher confirm", e)),
             })
             .collect())
     }
@@ -246,6 +276,7 @@ impl AmqpBroker {
             .await?;
         let (sub, ready) = Subscription::start(
             self.inner.link.clone(),
+            self.inner.topology.clone(),
             queue,
             self.inner.topology.kind(queue),
             window,
@@ -446,9 +477,9 @@ impl AmqpBroker {
                 .into_iter()
                 .map(|(id, tag, o, dead)| ((id, tag, dead), o))
                 .unzip();
-            let results = self.publish(outgoing).await?;
+            let results = self.publish(&outgoing).await?;
             for ((id, tag, dead), r) in meta.into_iter().zip(results) {
-                match r {
+                match r.into_result() {
                     Ok(()) => acks.push((id, tag)),
                     Err(e) if dead => {
                         tracing::error!(queue = %sub.queue, job = %id, error = %e,
@@ -523,19 +554,22 @@ impl Broker for AmqpBroker {
         let now = now_ms();
         let mut ids = Vec::with_capacity(jobs.len());
         let mut out = Vec::with_capacity(jobs.len());
+        // Each message's retry bucket, to declare its queues again if they were deleted.
+        let mut buckets = Vec::with_capacity(jobs.len());
         for job in jobs {
             let id = wire::next_enqueue_id(now);
             let run_at = job.run_at_millis(now);
-            let routing_key =
-                match retry_bucket(Duration::from_millis((run_at - now).max(0) as u64)) {
-                    Some(ms) => {
-                        self.inner
-                            .topology
-                            .ensure_retry(&self.inner.link, &job.queue, ms)
-                            .await?
-                    }
-                    None => job.queue.clone(),
-                };
+            let bucket = retry_bucket(Duration::from_millis((run_at - now).max(0) as u64));
+            let routing_key = match bucket {
+                Some(ms) => {
+                    self.inner
+                        .topology
+                        .ensure_retry(&self.inner.link, &job.queue, ms)
+                        .await?
+                }
+                None => job.queue.clone(),
+            };
+            buckets.push(bucket);
             let properties = wire::properties(Some(&id.0.to_string()), &job, now, run_at, 0, None);
             ids.push(id);
             out.push(Outgoing {
@@ -545,8 +579,43 @@ impl Broker for AmqpBroker {
                 properties,
             });
         }
-        for r in self.publish(out).await? {
-            r?;
+        let mut results = self.publish(&out).await?;
+        let unroutable = |r: &Published| matches!(r, Published::Unroutable(_));
+        if self.inner.topology.declares() && results.iter().any(unroutable) {
+            // A queue this process declared was deleted since (by an operator, say):
+            // declare what those messages need again and publish them once more. Each
+            // refusal already made the topology forget its queue. Only messages no queue
+            // took go again, so none is published twice.
+            let refused: Vec<usize> = (0..results.len())
+                .filter(|&i| unroutable(&results[i]))
+                .collect();
+            let mut again = Vec::with_capacity(refused.len());
+            for &i in &refused {
+                let key = out[i].routing_key.as_str();
+                let queue = match buckets[i] {
+                    None => key,
+                    Some(ms) => key
+                        .strip_suffix(&format!(".retry.{ms}"))
+                        .expect("a retry queue is named after its queue"),
+                };
+                self.inner
+                    .topology
+                    .ensure_queue(&self.inner.link, queue)
+                    .await?;
+                if let Some(ms) = buckets[i] {
+                    self.inner
+                        .topology
+                        .ensure_retry(&self.inner.link, queue, ms)
+                        .await?;
+                }
+                again.push(out[i].clone());
+            }
+            for (i, r) in refused.into_iter().zip(self.publish(&again).await?) {
+                results[i] = r;
+            }
+        }
+        for r in results {
+            r.into_result()?;
         }
         Ok(ids)
     }

@@ -22,8 +22,9 @@ use lapin::{Channel, Consumer};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::acks::{AckFrames, HeldAcks, hold_limit};
-use crate::conn::{SharedLink, amqp_err};
+use crate::conn::{SharedLink, amqp_err, is_not_found};
 use crate::options::QueueKind;
+use crate::topology::Topology;
 use crate::wire;
 
 /// Channel generations of this process; 0 is never used, so it can mean "none".
@@ -78,6 +79,8 @@ enum Cmd {
 pub(crate) struct Subscription {
     pub(crate) queue: String,
     kind: QueueKind,
+    /// Declares the queue again before a consumer is reopened on it, if it was deleted.
+    topology: Arc<Topology>,
     state: Mutex<SubState>,
     /// Held while a settlement batch of this subscription is worked out and sent, so two
     /// batches never interleave: an ack with `multiple` covers every earlier tag the
@@ -92,6 +95,7 @@ impl Subscription {
     /// failed: the task keeps retrying with backoff).
     pub(crate) async fn start(
         link: SharedLink,
+        topology: Arc<Topology>,
         queue: &str,
         kind: QueueKind,
         window: Option<u16>,
@@ -101,6 +105,7 @@ impl Subscription {
         let sub = Arc::new(Subscription {
             queue: queue.to_owned(),
             kind,
+            topology,
             state: Mutex::new(SubState {
                 window,
                 held_acks: HeldAcks::new(link.ack_hold),
@@ -276,6 +281,8 @@ async fn open(
     link: &SharedLink,
     seq: &mut u64,
 ) -> Result<(Channel, Consumer, u64)> {
+    // A no-op unless topology is on and the queue was found deleted (see `consume`).
+    sub.topology.ensure_queue(link, &sub.queue).await?;
     let conn = link.connection().await?;
     let channel = conn
         .create_channel()
@@ -350,7 +357,14 @@ async fn consume(
             FieldTable::default(),
         )
         .await
-        .map_err(|e| amqp_err(format!("consuming from queue {}", sub.queue), e))
+        .map_err(|e| {
+            if is_not_found(&e) {
+                // Deleted (the server cancels a consumer whose queue is deleted): with
+                // topology on, the next attempt declares it again.
+                sub.topology.forget(&sub.queue);
+            }
+            amqp_err(format!("consuming from queue {}", sub.queue), e)
+        })
 }
 
 /// Most deliveries taken in one push (see [`ready_deliveries`]).

@@ -114,6 +114,28 @@ impl Topology {
             .collect()
     }
 
+    /// Whether Hopper declares the queues it uses.
+    pub(crate) fn declares(&self) -> bool {
+        self.options.declare
+    }
+
+    /// Forgets that `queue` was declared (a retry queue, a dead-letter queue, or the queue
+    /// they belong to): the server said it does not exist, so someone deleted it, and the
+    /// next [`ensure_queue`](Self::ensure_queue) or [`ensure_retry`](Self::ensure_retry)
+    /// declares it again.
+    pub(crate) fn forget(&self, queue: &str) {
+        let mut declared = self.declared.lock().unwrap_or_else(|e| e.into_inner());
+        declared.remove(queue);
+        if let Some(base) = queue.strip_suffix(".dead") {
+            declared.remove(base);
+        }
+        drop(declared);
+        self.retries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(queue);
+    }
+
     /// Declares `queue` and its dead-letter queue once per process, when topology is on.
     pub(crate) async fn ensure_queue(&self, link: &Link, queue: &str) -> Result<()> {
         if !self.options.declare {
