@@ -61,6 +61,33 @@ impl Published {
     }
 }
 
+/// A message the server returned because no queue took it.
+struct Returned<'a> {
+    exchange: &'a str,
+    routing_key: &'a str,
+    message_id: Option<&'a str>,
+    data: &'a [u8],
+}
+
+impl Returned<'_> {
+    /// Which of `messages`, so far `Taken` in `results`, this is: the one with its message
+    /// id, or without an id the first with the same exchange, routing key and bytes.
+    fn which(&self, messages: &[Outgoing], results: &[Published]) -> Option<usize> {
+        (0..messages.len()).find(|&i| {
+            let m = &messages[i];
+            matches!(results[i], Published::Taken)
+                && match m.properties.message_id() {
+                    Some(id) => self.message_id == Some(id.as_str()),
+                    None => {
+                        self.exchange == m.exchange
+                            && self.routing_key == m.routing_key
+                            && self.data == m.payload.as_slice()
+                    }
+                }
+        })
+    }
+}
+
 /// The RabbitMQ broker. Cheap to share behind an `Arc`; dropping the last handle closes
 /// its subscriptions (the server requeues what they held) and its connection.
 #[derive(Debug)]
@@ -215,33 +242,59 @@ impl AmqpBroker {
             return Ok(messages.iter().map(|_| Published::Taken).collect());
         }
         let confirmed = join_all(confirms).await;
-        Ok(confirmed
-            .into_iter()
-            .zip(messages)
-            .map(|(c, m)| match c {
-                Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => Published::Taken,
-                Ok(Confirmation::Ack(Some(_))) => {
-                    // Declared once but gone: the next use declares it again.
-                    self.inner.topology.forget(&m.routing_key);
-                    Published::Unroutable(Error::broker_msg(format!(
-                        "no queue took the message for `{}` on exchange `{}`: the queue does \
-                         not exist ({})",
-                        m.routing_key,
-                        m.exchange,
-                        if self.inner.topology.declares() {
-                            "it was deleted; it is declared again before the next publish"
-                        } else {
-                            "declare it, or connect with declare=true"
-                        }
+        let mut results = Vec::with_capacity(messages.len());
+        let mut returned = Vec::new();
+        for (c, m) in confirmed.into_iter().zip(messages) {
+            results.push(match c {
+                Ok(Confirmation::Ack(r)) => {
+                    returned.extend(r);
+                    Published::Taken
+                }
+                Ok(Confirmation::NotRequested) => Published::Taken,
+                Ok(Confirmation::Nack(r)) => {
+                    returned.extend(r);
+                    Published::Failed(Error::broker_msg(format!(
+                        "RabbitMQ refused the message for `{}` (publisher nack)",
+                        m.routing_key
                     )))
                 }
-                Ok(Confirmation::Nack(_)) => Published::Failed(Error::broker_msg(format!(
-                    "RabbitMQ refused the message for `{}` (publisher nack)",
-                    m.routing_key
-                ))),
                 Err(e) => Published::Failed(amqp_err("waiting for a publisher confirm", e)),
-            })
-            .collect())
+            });
+        }
+        // A message no queue took comes back with a confirm, but not always its own: lapin
+        // hands it to the next confirm it completes, any of several under one `multiple`
+        // ack. So each one is matched to the message it is: by message id, else by where it
+        // went and its bytes.
+        for ret in returned {
+            let back = Returned {
+                exchange: ret.exchange.as_str(),
+                routing_key: ret.routing_key.as_str(),
+                message_id: ret.properties.message_id().as_ref().map(|m| m.as_str()),
+                data: &ret.data,
+            };
+            let Some(i) = back.which(messages, &results) else {
+                // Another publish on this channel, at the same moment, got its confirm.
+                tracing::error!(routing_key = %ret.routing_key, exchange = %ret.exchange,
+                    "a message came back unroutable with a confirm of another publish; that \
+                     publish may have reported it as taken");
+                continue;
+            };
+            let m = &messages[i];
+            // Declared once but gone: the next use declares it again.
+            self.inner.topology.forget(&m.routing_key);
+            results[i] = Published::Unroutable(Error::broker_msg(format!(
+                "no queue took the message for `{}` on exchange `{}`: the queue does not exist \
+                 ({})",
+                m.routing_key,
+                m.exchange,
+                if self.inner.topology.declares() {
+                    "it was deleted; it is declared again before the next publish"
+                } else {
+                    "declare it, or connect with declare=true"
+                }
+            )));
+        }
+        Ok(results)
     }
 
     /// Opens the subscription of `queue`, `window` already validated. When it is open
@@ -473,15 +526,34 @@ impl AmqpBroker {
         // Copies: confirmed before their originals are acknowledged.
         let mut failed = None;
         if !copies.is_empty() {
+            let declares = self.inner.topology.declares();
+            // The declared `.dead` queue, declared again first if it was found deleted.
+            let own_dead = declares.then(|| dead_queue(&sub.queue));
+            if own_dead.is_some() && copies.iter().any(|c| c.3) {
+                self.inner
+                    .topology
+                    .ensure_queue(&self.inner.link, &sub.queue)
+                    .await?;
+            }
             let (meta, outgoing): (Vec<_>, Vec<_>) = copies
                 .into_iter()
-                .map(|(id, tag, o, dead)| ((id, tag, dead), o))
+                .map(|(id, tag, o, dead)| {
+                    let to_own = dead
+                        && o.exchange.is_empty()
+                        && own_dead.as_deref() == Some(o.routing_key.as_str());
+                    ((id, tag, dead, to_own), o)
+                })
                 .unzip();
             let results = self.publish(&outgoing).await?;
-            for ((id, tag, dead), r) in meta.into_iter().zip(results) {
+            for ((id, tag, dead, to_own), r) in meta.into_iter().zip(results) {
+                // A copy to the `.dead` queue Hopper declares, which was deleted: kept for
+                // the settlement's retry, by which the queue is declared again. Rejected,
+                // the message would follow the queue's dead-letter route to that same
+                // missing queue and be dropped.
+                let retry_later = to_own && matches!(r, Published::Unroutable(_));
                 match r.into_result() {
                     Ok(()) => acks.push((id, tag)),
-                    Err(e) if dead => {
+                    Err(e) if dead && !retry_later => {
                         tracing::error!(queue = %sub.queue, job = %id, error = %e,
                             "dead-letter copy refused; rejecting the message instead");
                         sub.state().unsettled.remove(&tag);
@@ -772,5 +844,74 @@ impl Broker for AmqpBroker {
 
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
         Some(self.inner.wake.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outgoing(queue: &str, id: Option<&str>, payload: &[u8]) -> Outgoing {
+        let props = BasicProperties::default();
+        Outgoing {
+            exchange: String::new(),
+            routing_key: queue.to_owned(),
+            payload: payload.to_vec(),
+            properties: match id {
+                Some(id) => props.with_message_id(id.into()),
+                None => props,
+            },
+        }
+    }
+
+    fn returned<'a>(queue: &'a str, id: Option<&'a str>, data: &'a [u8]) -> Returned<'a> {
+        Returned {
+            exchange: "",
+            routing_key: queue,
+            message_id: id,
+            data,
+        }
+    }
+
+    /// lapin hands a returned message to whichever confirm completes next: the message it
+    /// is, not the confirm it came with, decides which result turns unroutable.
+    #[test]
+    fn a_returned_message_is_matched_by_its_id_then_by_route_and_bytes() {
+        let messages = [
+            outgoing("a", Some("1"), b"x"),
+            outgoing("gone", Some("2"), b"x"),
+            outgoing("gone", None, b"y"),
+            outgoing("gone", None, b"y"),
+        ];
+        let mut results: Vec<Published> = (0..4).map(|_| Published::Taken).collect();
+        assert_eq!(
+            returned("gone", Some("2"), b"x").which(&messages, &results),
+            Some(1)
+        );
+        assert_eq!(
+            returned("gone", Some("9"), b"x").which(&messages, &results),
+            None,
+            "an id of another publish matches none of these"
+        );
+        // Without ids, equal messages are matched in turn, each once.
+        assert_eq!(
+            returned("gone", None, b"y").which(&messages, &results),
+            Some(2)
+        );
+        results[2] = Published::Unroutable(Error::broker_msg("gone"));
+        assert_eq!(
+            returned("gone", None, b"y").which(&messages, &results),
+            Some(3)
+        );
+        results[3] = Published::Unroutable(Error::broker_msg("gone"));
+        assert_eq!(
+            returned("gone", None, b"y").which(&messages, &results),
+            None
+        );
+        assert_eq!(
+            returned("a", None, b"x").which(&messages, &results),
+            None,
+            "a message with an id is matched by it alone"
+        );
     }
 }

@@ -6,10 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hopper_amqp::AmqpOptions;
-use hopper_amqp::topology::{retry_bucket, retry_queue};
-use hopper_core::{Broker, JobContext, NewJob, Prefetch, QueueOptions, Worker, WorkerHandle};
+use hopper_amqp::topology::{dead_queue, retry_bucket, retry_queue};
+use hopper_core::{
+    Broker, JobContext, JobError, NewJob, Prefetch, QueueOptions, Worker, WorkerHandle,
+};
 
-use super::support::{Seen, Setup, another, enqueue_n, eventually, rabbitmqctl, setup_with};
+use super::support::{
+    Cleanup, Seen, Setup, another, enqueue_n, eventually, rabbitmqctl, setup, setup_with, wait_for,
+};
 
 /// Closes the server-side connections named `name` (only this test's), returning how many.
 fn close_connections_named(name: &str) -> Result<usize, String> {
@@ -32,6 +36,16 @@ fn close_connections_named(name: &str) -> Result<usize, String> {
         }
     }
     Ok(closed)
+}
+
+/// Deletes `queues` through a connection of its own, as an operator would.
+async fn delete_as_operator(queues: &[String]) {
+    let operator = another(AmqpOptions::new()).await;
+    operator
+        .delete_queues(queues)
+        .await
+        .unwrap_or_else(|e| panic!("deleting {queues:?}: {e}"));
+    operator.close().await;
 }
 
 /// A worker on `s.queue` at concurrency 10 and window 50 whose handler records each
@@ -111,14 +125,6 @@ async fn a_queue_deleted_under_a_worker_is_declared_again_and_consumed_again() {
     let jobs = |range: std::ops::Range<u64>| -> Vec<NewJob> {
         range.map(|i| NewJob::json(&s.queue, &i).unwrap()).collect()
     };
-    let delete = || async {
-        let operator = another(AmqpOptions::new()).await;
-        operator
-            .delete_queues(std::slice::from_ref(&s.queue))
-            .await
-            .expect("delete the queue");
-        operator.close().await;
-    };
     s.dyn_broker().enqueue(jobs(0..BEFORE)).await.unwrap();
     let seen = Arc::new(Seen::default());
     let worker = recording_worker(&s, &seen, Duration::ZERO);
@@ -126,7 +132,7 @@ async fn a_queue_deleted_under_a_worker_is_declared_again_and_consumed_again() {
 
     // The worker's subscription declares the queue again: a producer that declares
     // nothing could not publish to it otherwise ("no queue took the message").
-    delete().await;
+    delete_as_operator(std::slice::from_ref(&s.queue)).await;
     let producer = another(AmqpOptions::new()).await;
     let mut refused = 0;
     loop {
@@ -157,7 +163,7 @@ async fn a_queue_deleted_under_a_worker_is_declared_again_and_consumed_again() {
 
     // No worker now. The first broker declared the queue once and remembers it; once the
     // queue is deleted, its enqueue finds it gone, declares it again and publishes again.
-    delete().await;
+    delete_as_operator(std::slice::from_ref(&s.queue)).await;
     let ids = s
         .dyn_broker()
         .enqueue(jobs(0..50))
@@ -175,12 +181,7 @@ async fn a_queue_deleted_under_a_worker_is_declared_again_and_consumed_again() {
     };
     s.dyn_broker().enqueue(vec![delayed(1)]).await.unwrap();
     let bucket = retry_bucket(Duration::from_secs(60)).expect("a delay has a bucket");
-    let operator = another(AmqpOptions::new()).await;
-    operator
-        .delete_queues(&[retry_queue(&s.queue, bucket)])
-        .await
-        .expect("delete the retry queue");
-    operator.close().await;
+    delete_as_operator(&[retry_queue(&s.queue, bucket)]).await;
     s.dyn_broker()
         .enqueue(vec![delayed(2)])
         .await
@@ -192,4 +193,69 @@ async fn a_queue_deleted_under_a_worker_is_declared_again_and_consumed_again() {
         "the second delayed job waits; the first went with its deleted queue"
     );
     eprintln!("the producer was refused {refused} times before the worker declared the queue");
+}
+
+/// One enqueue mixes jobs of a queue that was deleted and of one that was not: the server
+/// returns only the first kind, each with a confirm that may be another message's. Exactly
+/// the returned ones go again: no job is lost and none is published twice.
+#[tokio::test]
+async fn an_enqueue_mixing_a_deleted_queue_with_a_live_one_publishes_each_job_once() {
+    let s = setup("fault_mix").await;
+    let other = format!("{}_b", s.queue);
+    let _other_cleanup = Cleanup::for_queue(&other);
+    let broker = s.dyn_broker();
+    let mixed = |n: u64| -> Vec<NewJob> {
+        (0..n)
+            .map(|i| {
+                let queue = if i % 3 == 0 { &s.queue } else { &other };
+                NewJob::json(queue, &i).unwrap()
+            })
+            .collect()
+    };
+    broker.enqueue(mixed(30)).await.unwrap();
+    delete_as_operator(std::slice::from_ref(&s.queue)).await;
+    broker
+        .enqueue(mixed(300))
+        .await
+        .expect("the enqueue declares the deleted queue again");
+    let (a, b) = (
+        broker.counts(&s.queue).await.unwrap().pending,
+        broker.counts(&other).await.unwrap().pending,
+    );
+    assert_eq!(
+        (a, b),
+        (100, 20 + 200),
+        "the deleted queue holds exactly the 100 jobs sent after the deletion, the other \
+         its 20 from before and 200 from after"
+    );
+}
+
+/// The `.dead` queue Hopper declared is deleted; jobs are then dead-lettered. Their copies
+/// come back unroutable, so the settlement is retried and the queue declared again: every
+/// dead letter lands there (before, each was rejected into the missing queue and dropped).
+#[tokio::test]
+async fn dead_letters_after_the_dead_queue_was_deleted_land_in_it_declared_again() {
+    let s = setup("fault_dead").await;
+    let broker = s.dyn_broker();
+    enqueue_n(&s.broker, &s.queue, 1).await;
+    broker.counts(&s.queue).await.unwrap();
+    delete_as_operator(&[dead_queue(&s.queue)]).await;
+    enqueue_n(&s.broker, &s.queue, 4).await;
+    let worker = Worker::builder(broker.clone())
+        .queue(
+            &s.queue,
+            QueueOptions::new().concurrency(5),
+            |_job: JobContext<u64>| async { Err(JobError::discard("no good")) },
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, 30, "five dead letters", |st| st.dead == 5).await;
+    worker.shutdown().await;
+    assert_eq!(stats.dead, 5);
+    let counts = broker.counts(&s.queue).await.unwrap();
+    assert_eq!(
+        (counts.pending, counts.dead),
+        (0, 5),
+        "every dead letter is in the .dead queue declared again"
+    );
 }
