@@ -70,19 +70,18 @@ struct Returned<'a> {
 }
 
 impl Returned<'_> {
-    /// Which of `messages`, so far `Taken` in `results`, this is: the one with its message
-    /// id, or without an id the first with the same exchange, routing key and bytes.
+    /// Which of `messages`, so far `Taken` in `results`, this is: the first with the same
+    /// exchange and routing key and its message id, or without an id its bytes.
     fn which(&self, messages: &[Outgoing], results: &[Published]) -> Option<usize> {
         (0..messages.len()).find(|&i| {
             let m = &messages[i];
             matches!(results[i], Published::Taken)
+                && self.exchange == m.exchange
+                && self.routing_key == m.routing_key
                 && match m.properties.message_id() {
+                    // Copies keep their delivery's id, so ids alone may repeat.
                     Some(id) => self.message_id == Some(id.as_str()),
-                    None => {
-                        self.exchange == m.exchange
-                            && self.routing_key == m.routing_key
-                            && self.data == m.payload.as_slice()
-                    }
+                    None => self.data == m.payload.as_slice(),
                 }
         })
     }
@@ -218,8 +217,10 @@ impl AmqpBroker {
             return Ok(Vec::new());
         }
         let ch: Channel = self.inner.link.publisher().await?;
+        // Mandatory only with confirms: an unroutable message then comes back with one.
+        // Without, nothing would read what comes back, and lapin would keep all of it.
         let opts = BasicPublishOptions {
-            mandatory: true,
+            mandatory: self.inner.link.confirms(),
             ..BasicPublishOptions::default()
         };
         // Every publish puts its frames in order on its first poll, so the messages reach
@@ -526,14 +527,24 @@ impl AmqpBroker {
         // Copies: confirmed before their originals are acknowledged.
         let mut failed = None;
         if !copies.is_empty() {
-            let declares = self.inner.topology.declares();
-            // The declared `.dead` queue, declared again first if it was found deleted.
-            let own_dead = declares.then(|| dead_queue(&sub.queue));
-            if own_dead.is_some() && copies.iter().any(|c| c.3) {
-                self.inner
+            // The `.dead` queue Hopper declares, when a copy that comes back unroutable may
+            // wait for the settlement's retry: only if the queue was taken for declared
+            // here, so the retry declares it first. Declared just now, or not declarable,
+            // an unroutable copy is rejected at once, as without topology.
+            let mut own_dead = None;
+            if self.inner.topology.declares() && copies.iter().any(|c| c.3) {
+                let known = self.inner.topology.is_declared(&sub.queue);
+                match self
+                    .inner
                     .topology
                     .ensure_queue(&self.inner.link, &sub.queue)
-                    .await?;
+                    .await
+                {
+                    Ok(()) if known => own_dead = Some(dead_queue(&sub.queue)),
+                    Ok(()) => {}
+                    Err(e) => tracing::error!(queue = %sub.queue, error = %e,
+                        "cannot declare the queue and its dead-letter queue again"),
+                }
             }
             let (meta, outgoing): (Vec<_>, Vec<_>) = copies
                 .into_iter()
@@ -882,11 +893,17 @@ mod tests {
             outgoing("gone", Some("2"), b"x"),
             outgoing("gone", None, b"y"),
             outgoing("gone", None, b"y"),
+            outgoing("a", Some("2"), b"x"),
         ];
-        let mut results: Vec<Published> = (0..4).map(|_| Published::Taken).collect();
+        let mut results: Vec<Published> = (0..5).map(|_| Published::Taken).collect();
         assert_eq!(
             returned("gone", Some("2"), b"x").which(&messages, &results),
             Some(1)
+        );
+        assert_eq!(
+            returned("a", Some("2"), b"x").which(&messages, &results),
+            Some(4),
+            "copies keep their delivery's id: the route tells them apart"
         );
         assert_eq!(
             returned("gone", Some("9"), b"x").which(&messages, &results),
@@ -911,7 +928,7 @@ mod tests {
         assert_eq!(
             returned("a", None, b"x").which(&messages, &results),
             None,
-            "a message with an id is matched by it alone"
+            "a message with an id is matched by it, not by its bytes"
         );
     }
 }

@@ -119,6 +119,14 @@ impl Topology {
         self.options.declare
     }
 
+    /// Whether this process declared `queue` and has not found it deleted since.
+    pub(crate) fn is_declared(&self, queue: &str) -> bool {
+        self.declared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(queue)
+    }
+
     /// Forgets that `queue` was declared (a retry queue, a dead-letter queue, or the queue
     /// they belong to): the server said it does not exist, so someone deleted it, and the
     /// next [`ensure_queue`](Self::ensure_queue) or [`ensure_retry`](Self::ensure_retry)
