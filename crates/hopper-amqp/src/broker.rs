@@ -19,12 +19,12 @@ use hopper_core::{
     JobRecord, LeaseId, NewJob, Outcome, QueueCounts, Result, SettleReport, Settlement,
 };
 use lapin::BasicProperties;
+use lapin::Confirmation;
 use lapin::options::{
     BasicNackOptions, BasicPublishOptions, BasicRejectOptions, QueueDeclareOptions,
     QueuePurgeOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{Channel, Confirmation};
 use tokio::sync::watch;
 
 use crate::conn::{Link, amqp_err, is_not_found};
@@ -210,13 +210,13 @@ impl AmqpBroker {
         Ok(())
     }
 
-    /// Publishes messages on the confirm channel, all at once, then waits for every
-    /// confirmation: one round trip for the lot. One result per message, in order.
+    /// Publishes messages on a confirm channel of this call's own, all at once, then waits
+    /// for every confirmation: one round trip for the lot. One result per message, in order.
     async fn publish(&self, messages: &[Outgoing]) -> Result<Vec<Published>> {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
-        let ch: Channel = self.inner.link.publisher().await?;
+        let ch = self.inner.link.publisher().await?;
         // Mandatory only with confirms: an unroutable message then comes back with one.
         // Without, nothing would read what comes back, and lapin would keep all of it.
         let opts = BasicPublishOptions {
@@ -274,10 +274,10 @@ impl AmqpBroker {
                 data: &ret.data,
             };
             let Some(i) = back.which(messages, &results) else {
-                // Another publish on this channel, at the same moment, got its confirm.
+                // Not one of this call's: the channel is this call's alone, so this would
+                // be a message published on it before (a broken invariant), not one lost.
                 tracing::error!(routing_key = %ret.routing_key, exchange = %ret.exchange,
-                    "a message came back unroutable with a confirm of another publish; that \
-                     publish may have reported it as taken");
+                    "a message came back unroutable that this publish did not send");
                 continue;
             };
             let m = &messages[i];

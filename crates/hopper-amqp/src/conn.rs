@@ -1,5 +1,5 @@
 //! The broker's connection to RabbitMQ: opened on demand, re-opened after a loss, and the
-//! confirm channel every publish goes through.
+//! confirm channels publishes go through, one per publish call at a time.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,9 +33,9 @@ pub(crate) struct Link {
     /// [`AmqpOptions::ack_hold`].
     pub(crate) ack_hold: Duration,
     current: Mutex<Option<Arc<Connection>>>,
-    /// The channel publishes go through, in confirm mode unless confirms are off. One is
-    /// enough: publishes are pipelined on it and confirmed together.
-    publisher: Mutex<Option<Channel>>,
+    /// Publishing channels not lent out, in confirm mode unless confirms are off. Each
+    /// publish call has one to itself (see [`Link::publisher`]).
+    publishers: std::sync::Mutex<Vec<Channel>>,
     pub(crate) closed: AtomicBool,
 }
 
@@ -55,7 +55,7 @@ impl Link {
             backoff: (options.reconnect_min, options.reconnect_max),
             ack_hold: options.ack_hold,
             current: Mutex::new(None),
-            publisher: Mutex::new(None),
+            publishers: std::sync::Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
         }
     }
@@ -97,11 +97,29 @@ impl Link {
             .map_err(|e| amqp_err("opening a channel", e))
     }
 
-    /// The publishing channel, opened (in confirm mode) on first use and after a loss.
-    pub(crate) async fn publisher(&self) -> Result<Channel> {
-        let mut slot = self.publisher.lock().await;
-        if let Some(ch) = slot.as_ref().filter(|c| c.status().connected()) {
-            return Ok(ch.clone());
+    /// A publishing channel lent to one publish call until the [`Lent`] is dropped: an idle
+    /// one, or a new one (in confirm mode) when none is idle. A call's messages are
+    /// pipelined on it and confirmed together. One channel per call, not one shared by all:
+    /// when the server confirms several messages in one frame, lapin hands a message it
+    /// returned (no queue took it) to any of those confirms, and on a shared channel that
+    /// could be another call's.
+    pub(crate) async fn publisher(&self) -> Result<Lent<'_>> {
+        loop {
+            let idle = self
+                .publishers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop();
+            match idle {
+                Some(ch) if ch.status().connected() => {
+                    return Ok(Lent {
+                        link: self,
+                        channel: Some(ch),
+                    });
+                }
+                Some(_) => continue, // closed with its connection: dropped
+                None => break,
+            }
         }
         let ch = self.channel().await?;
         if self.confirms {
@@ -109,8 +127,10 @@ impl Link {
                 .await
                 .map_err(|e| amqp_err("turning on publisher confirms", e))?;
         }
-        *slot = Some(ch.clone());
-        Ok(ch)
+        Ok(Lent {
+            link: self,
+            channel: Some(ch),
+        })
     }
 
     /// Whether publishes wait for the server's confirmation.
@@ -123,6 +143,46 @@ impl Link {
         self.closed.store(true, Ordering::Release);
         if let Some(conn) = self.current.lock().await.take() {
             let _ = conn.close(200, "hopper broker closed".into()).await;
+        }
+    }
+}
+
+/// Idle publishing channels kept at most; more are closed when given back.
+const IDLE_PUBLISHERS: usize = 16;
+
+/// A publishing channel lent by [`Link::publisher`], given back when dropped.
+pub(crate) struct Lent<'a> {
+    link: &'a Link,
+    channel: Option<Channel>,
+}
+
+impl std::ops::Deref for Lent<'_> {
+    type Target = Channel;
+
+    fn deref(&self) -> &Channel {
+        self.channel.as_ref().expect("lent until dropped")
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        let Some(ch) = self.channel.take() else {
+            return;
+        };
+        if !ch.status().connected() {
+            return;
+        }
+        let mut idle = self
+            .link
+            .publishers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if idle.len() < IDLE_PUBLISHERS {
+            idle.push(ch);
+        } else if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = ch.close(200, "not needed".into()).await;
+            });
         }
     }
 }

@@ -21,7 +21,7 @@
 //! - [`wire`]: the message format: properties, headers, ids.
 //! - `subscription`: one channel and consumer per queue and the task feeding its buffer;
 //!   `acks`: which acknowledgements it sends now and which it holds for one `multiple`
-//!   frame; `conn`: the connection, its reconnection and the confirm channel.
+//!   frame; `conn`: the connection, its reconnection and the confirm channels.
 
 mod acks;
 pub mod broker;

@@ -228,6 +228,32 @@ async fn an_enqueue_mixing_a_deleted_queue_with_a_live_one_publishes_each_job_on
         "the deleted queue holds exactly the 100 jobs sent after the deletion, the other \
          its 20 from before and 200 from after"
     );
+
+    // The same with the two queues' jobs in two enqueues at the same moment, five times
+    // over: each call publishes on a channel of its own, so a returned message never
+    // comes back to the other call.
+    for round in 0..5u64 {
+        delete_as_operator(std::slice::from_ref(&s.queue)).await;
+        let batch = |queue: &str| -> Vec<NewJob> {
+            (0..50u64)
+                .map(|i| NewJob::json(queue, &(round * 100 + i)).unwrap())
+                .collect()
+        };
+        let (gone, live) = tokio::join!(
+            broker.enqueue(batch(&s.queue)),
+            broker.enqueue(batch(&other))
+        );
+        assert_eq!((gone.unwrap().len(), live.unwrap().len()), (50, 50));
+        let (a, b) = (
+            broker.counts(&s.queue).await.unwrap().pending,
+            broker.counts(&other).await.unwrap().pending,
+        );
+        assert_eq!(
+            (a, b),
+            (50, 220 + 50 * (round + 1)),
+            "round {round}: each job published once"
+        );
+    }
 }
 
 /// The `.dead` queue Hopper declared is deleted; jobs are then dead-lettered. Their copies
