@@ -216,7 +216,7 @@ impl AmqpBroker {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
-        let ch = self.inner.link.publisher().await?;
+        let mut ch = self.inner.link.publisher().await?;
         // Mandatory only with confirms: an unroutable message then comes back with one.
         // Without, nothing would read what comes back, and lapin would keep all of it.
         let opts = BasicPublishOptions {
@@ -240,9 +240,11 @@ impl AmqpBroker {
             confirms.push(s.map_err(|e| amqp_err("publishing", e))?);
         }
         if !self.inner.link.confirms() {
+            ch.settled();
             return Ok(messages.iter().map(|_| Published::Taken).collect());
         }
         let confirmed = join_all(confirms).await;
+        ch.settled();
         let mut results = Vec::with_capacity(messages.len());
         let mut returned = Vec::new();
         for (c, m) in confirmed.into_iter().zip(messages) {

@@ -36,6 +36,9 @@ pub(crate) struct Link {
     /// Publishing channels not lent out, in confirm mode unless confirms are off. Each
     /// publish call has one to itself (see [`Link::publisher`]).
     publishers: std::sync::Mutex<Vec<Channel>>,
+    /// Publishing channels lent out at once, at most [`LENT_PUBLISHERS`]: more publish
+    /// calls wait, rather than open channels up to the connection's limit.
+    lendable: tokio::sync::Semaphore,
     pub(crate) closed: AtomicBool,
 }
 
@@ -56,6 +59,7 @@ impl Link {
             ack_hold: options.ack_hold,
             current: Mutex::new(None),
             publishers: std::sync::Mutex::new(Vec::new()),
+            lendable: tokio::sync::Semaphore::new(LENT_PUBLISHERS),
             closed: AtomicBool::new(false),
         }
     }
@@ -104,6 +108,11 @@ impl Link {
     /// returned (no queue took it) to any of those confirms, and on a shared channel that
     /// could be another call's.
     pub(crate) async fn publisher(&self) -> Result<Lent<'_>> {
+        let permit = self
+            .lendable
+            .acquire()
+            .await
+            .map_err(|_| Error::Closed("amqp broker"))?;
         loop {
             let idle = self
                 .publishers
@@ -115,6 +124,8 @@ impl Link {
                     return Ok(Lent {
                         link: self,
                         channel: Some(ch),
+                        settled: false,
+                        _permit: permit,
                     });
                 }
                 Some(_) => continue, // closed with its connection: dropped
@@ -130,6 +141,8 @@ impl Link {
         Ok(Lent {
             link: self,
             channel: Some(ch),
+            settled: false,
+            _permit: permit,
         })
     }
 
@@ -150,10 +163,25 @@ impl Link {
 /// Idle publishing channels kept at most; more are closed when given back.
 const IDLE_PUBLISHERS: usize = 16;
 
-/// A publishing channel lent by [`Link::publisher`], given back when dropped.
+/// Publishing channels lent out at once at most.
+const LENT_PUBLISHERS: usize = 256;
+
+/// A publishing channel lent by [`Link::publisher`]. Dropped after [`Lent::settled`], it
+/// goes back to the idle ones; dropped before (its caller gave up while confirms were
+/// out), it is closed: a confirm or returned message still to come would otherwise reach
+/// the next call on it.
 pub(crate) struct Lent<'a> {
     link: &'a Link,
     channel: Option<Channel>,
+    settled: bool,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl Lent<'_> {
+    /// Every confirm of what was published on it has come back (or none was asked).
+    pub(crate) fn settled(&mut self) {
+        self.settled = true;
+    }
 }
 
 impl std::ops::Deref for Lent<'_> {
@@ -172,16 +200,25 @@ impl Drop for Lent<'_> {
         if !ch.status().connected() {
             return;
         }
-        let mut idle = self
-            .link
-            .publishers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if idle.len() < IDLE_PUBLISHERS {
-            idle.push(ch);
-        } else if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        if self.settled {
+            let mut idle = self
+                .link
+                .publishers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if idle.len() < IDLE_PUBLISHERS {
+                idle.push(ch);
+                return;
+            }
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let why = if self.settled {
+                "not needed"
+            } else {
+                "publish abandoned"
+            };
             rt.spawn(async move {
-                let _ = ch.close(200, "not needed".into()).await;
+                let _ = ch.close(200, why.into()).await;
             });
         }
     }

@@ -285,3 +285,35 @@ async fn dead_letters_after_the_dead_queue_was_deleted_land_in_it_declared_again
         "every dead letter is in the .dead queue declared again"
     );
 }
+
+/// An enqueue given up while its confirms were out (its future dropped) must not hand its
+/// publishing channel to the next call: a returned message still to come on it would reach
+/// that call's confirm, and the next call's own unroutable message would be reported taken.
+#[tokio::test]
+async fn an_enqueue_given_up_mid_confirm_leaves_nothing_for_the_next_one() {
+    let s = setup("fault_cancel").await;
+    let broker = s.dyn_broker();
+    broker
+        .enqueue(vec![NewJob::json(&s.queue, &0u64).unwrap()])
+        .await
+        .unwrap();
+    broker.purge(&s.queue).await.unwrap();
+    delete_as_operator(std::slice::from_ref(&s.queue)).await;
+    // Polled once (its frames go out on that poll), then dropped.
+    let given_up = tokio::time::timeout(
+        Duration::ZERO,
+        broker.enqueue(vec![NewJob::json(&s.queue, &1u64).unwrap()]),
+    )
+    .await;
+    assert!(given_up.is_err(), "the first enqueue was given up");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    broker
+        .enqueue(vec![NewJob::json(&s.queue, &2u64).unwrap()])
+        .await
+        .expect("the next enqueue finds the queue gone and declares it");
+    let counts = broker.counts(&s.queue).await.unwrap();
+    assert_eq!(
+        counts.pending, 1,
+        "the job of the next enqueue is in the queue declared again"
+    );
+}
