@@ -639,8 +639,8 @@ impl Broker for AmqpBroker {
         let now = now_ms();
         let mut ids = Vec::with_capacity(jobs.len());
         let mut out = Vec::with_capacity(jobs.len());
-        // Each message's retry bucket, to declare its queues again if they were deleted.
-        let mut buckets = Vec::with_capacity(jobs.len());
+        // Each message's queue and retry bucket, to declare them again if they were deleted.
+        let mut routes = Vec::with_capacity(jobs.len());
         for job in jobs {
             let id = wire::next_enqueue_id(now);
             let run_at = job.run_at_millis(now);
@@ -654,7 +654,6 @@ impl Broker for AmqpBroker {
                 }
                 None => job.queue.clone(),
             };
-            buckets.push(bucket);
             let properties = wire::properties(Some(&id.0.to_string()), &job, now, run_at, 0, None);
             ids.push(id);
             out.push(Outgoing {
@@ -663,6 +662,7 @@ impl Broker for AmqpBroker {
                 payload: job.payload,
                 properties,
             });
+            routes.push((job.queue, bucket));
         }
         let mut results = self.publish(&out).await?;
         let unroutable = |r: &Published| matches!(r, Published::Unroutable(_));
@@ -676,18 +676,12 @@ impl Broker for AmqpBroker {
                 .collect();
             let mut again = Vec::with_capacity(refused.len());
             for &i in &refused {
-                let key = out[i].routing_key.as_str();
-                let queue = match buckets[i] {
-                    None => key,
-                    Some(ms) => key
-                        .strip_suffix(&format!(".retry.{ms}"))
-                        .expect("a retry queue is named after its queue"),
-                };
+                let (queue, bucket) = &routes[i];
                 self.inner
                     .topology
                     .ensure_queue(&self.inner.link, queue)
                     .await?;
-                if let Some(ms) = buckets[i] {
+                if let Some(ms) = *bucket {
                     self.inner
                         .topology
                         .ensure_retry(&self.inner.link, queue, ms)
