@@ -27,7 +27,7 @@ use hopper::{Error, FetchRequest, JobContext, NewJob, QueueOptions, Result, Sett
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
-use crate::report::percentile;
+use crate::report::{percentile, process_cpu_s};
 
 /// Jobs per enqueue call when filling a raw baseline's backlog.
 const ENQUEUE_CHUNK: usize = 1000;
@@ -80,6 +80,8 @@ struct Row {
     fetches_per_1k: Option<f64>,
     settles_per_1k: Option<f64>,
     peak_rss_mib: Option<f64>,
+    /// CPU time of Hopper's process per job during the drain, in microseconds.
+    cpu_us_per_job: Option<f64>,
     note: String,
 }
 
@@ -93,6 +95,7 @@ struct LoadReport {
     latency_ms: LoadLatency,
     settle_calls: u64,
     peak_rss_mib: Option<f64>,
+    cpu_us_per_job: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -318,10 +321,15 @@ async fn amqp_row(url: &str, jobs: usize, window: u16) -> Result<Row> {
     // Interleaved rounds, medians kept: the broker, the raw consumer and Hopper share two
     // cores, and one run of either moves by about a third from one run to the next.
     let (mut each, mut grouped, mut hopper) = (Vec::new(), Vec::new(), Vec::new());
+    let mut raw_cpu = Vec::new();
     for _ in 0..AMQP_ROUNDS {
         for (rates, ack_grouped) in [(&mut each, false), (&mut grouped, true)] {
             fill(&admin, &queue, jobs).await?;
-            rates.push(raw_lapin(url, &queue, jobs, window, ack_grouped).await?);
+            let (rate, cpu) = raw_lapin(url, &queue, jobs, window, ack_grouped).await?;
+            rates.push(rate);
+            if ack_grouped {
+                raw_cpu.extend(cpu);
+            }
         }
         fill(&admin, &queue, jobs).await?;
         let (row, _) = hopper_load_with(
@@ -339,12 +347,21 @@ async fn amqp_row(url: &str, jobs: usize, window: u16) -> Result<Row> {
         paired_ratio(&hopper, &grouped),
         paired_ratio(&hopper, &each),
     );
+    let mut hopper_cpu: Vec<f64> = hopper.iter().filter_map(|r| r.cpu_us_per_job).collect();
+    let cpu = match (raw_cpu.is_empty(), hopper_cpu.is_empty()) {
+        (false, false) => format!(
+            "; client CPU µs/msg: raw {:.1}, Hopper {:.1}",
+            median(&mut raw_cpu),
+            median(&mut hopper_cpu)
+        ),
+        _ => String::new(),
+    };
     let mut row = median_row(hopper);
     let (each, grouped) = (median(&mut each), median(&mut grouped));
     row.raw_per_s = Some(grouped);
     row.note = format!(
         "medians of {AMQP_ROUNDS} interleaved rounds, ratios the median of each round's; \
-         raw: lapin, grouped acks; acking each {each:.0}/s (Hopper/that {paired_each:.2})"
+         raw: lapin, grouped acks; acking each {each:.0}/s (Hopper/that {paired_each:.2}){cpu}"
     );
     row.ratio = Some(paired);
     drop(admin);
@@ -413,7 +430,15 @@ async fn fill(broker: &std::sync::Arc<dyn hopper::Broker>, queue: &str, jobs: us
 
 /// A plain lapin consumer: `basic.qos(window)`, decode each payload as a handler would,
 /// and ack it, each on its own or grouped with `multiple` once half the window waits.
-async fn raw_lapin(url: &str, queue: &str, jobs: usize, window: u16, grouped: bool) -> Result<f64> {
+/// Returns its rate, and this process's CPU time per message while it ran (µs), where the
+/// system reports it: the bench process does nothing else meanwhile.
+async fn raw_lapin(
+    url: &str,
+    queue: &str,
+    jobs: usize,
+    window: u16,
+    grouped: bool,
+) -> Result<(f64, Option<f64>)> {
     use futures_util::StreamExt;
     use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
     let amqp = |what: &'static str| move |e: lapin::Error| Error::broker(what, e);
@@ -427,6 +452,7 @@ async fn raw_lapin(url: &str, queue: &str, jobs: usize, window: u16, grouped: bo
     ch.basic_qos(window, BasicQosOptions::default())
         .await
         .map_err(amqp("basic.qos"))?;
+    let cpu_before = process_cpu_s();
     let started = Instant::now();
     let mut consumer = ch
         .basic_consume(
@@ -457,8 +483,11 @@ async fn raw_lapin(url: &str, queue: &str, jobs: usize, window: u16, grouped: bo
         }
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
+    let cpu = cpu_before
+        .zip(process_cpu_s())
+        .map(|(a, b)| (b - a) * 1e6 / n.max(1) as f64);
     let _ = conn.close(200, "done".into()).await;
-    Ok(rate)
+    Ok((rate, cpu))
 }
 
 async fn delete_queue(url: &str, queue: &str) -> Result<()> {
@@ -543,6 +572,7 @@ async fn hopper_load_with(
         fetches_per_1k: Some(per_1k(report.fetches)),
         settles_per_1k: Some(per_1k(report.settle_calls)),
         peak_rss_mib: report.peak_rss_mib,
+        cpu_us_per_job: report.cpu_us_per_job,
         ..Row::default()
     };
     Ok((row, jobs as f64 / report.enqueue_s.max(1e-9)))
@@ -700,6 +730,7 @@ mod tests {
             fetches_per_1k: None,
             settles_per_1k: None,
             peak_rss_mib: None,
+            cpu_us_per_job: None,
             note: String::new(),
         }
     }

@@ -17,7 +17,7 @@ use hopper::{
 use serde::Serialize;
 use tokio::sync::Notify;
 
-use crate::report::{peak_rss_mib, percentile, run_lengths};
+use crate::report::{peak_rss_mib, percentile, process_cpu_s, run_lengths};
 
 /// Jobs per enqueue call: one round trip each.
 const ENQUEUE_CHUNK: usize = 1000;
@@ -91,8 +91,14 @@ struct Report {
     jobs_per_s: f64,
     latency_ms: Latency,
     settle_calls: u64,
+    /// Pool tasks spawned, over every worker.
+    pool_tasks_started: u64,
     /// The peak RSS of this process, backlog included for the memory broker.
     peak_rss_mib: Option<f64>,
+    /// CPU time this process spent per job during the drain, every thread (an in-process
+    /// broker's own work included), in microseconds. Steadier than the rate when the
+    /// machine is shared: it does not count time spent waiting on a server.
+    cpu_us_per_job: Option<f64>,
 }
 
 struct Tally {
@@ -223,6 +229,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     };
 
     let mut workers = Vec::with_capacity(args.workers);
+    let cpu_before = process_cpu_s();
     let drain_started = Instant::now();
     for worker in builders {
         workers.push(worker.start()?);
@@ -251,6 +258,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         }
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
+    let cpu_drain_s = cpu_before.zip(process_cpu_s()).map(|(a, b)| b - a);
 
     let mut all_stats = Vec::with_capacity(workers.len());
     for w in workers {
@@ -288,7 +296,9 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
             p99: percentile(&lat, 99.0),
         },
         settle_calls: all_stats.iter().map(|s| s.settle_calls).sum(),
+        pool_tasks_started: all_stats.iter().map(|s| s.pool_tasks_started).sum(),
         peak_rss_mib: peak_rss_mib(),
+        cpu_us_per_job: cpu_drain_s.map(|s| s * 1e6 / completed.max(1) as f64),
     };
     if args.json {
         println!(
@@ -400,11 +410,15 @@ fn print_table(r: &Report) {
     }
     println!("drain           {:.3} s", r.drain_s);
     println!("throughput      {:.0} jobs/s", r.jobs_per_s);
+    if let Some(cpu) = r.cpu_us_per_job {
+        println!("cpu             {cpu:.2} µs per job (this process, drain only)");
+    }
     println!(
         "fetches         {} ({:.1} jobs per fetch)",
         r.fetches, r.jobs_per_fetch
     );
     println!("settlements     {} round trips", r.settle_calls);
+    println!("pool tasks      {} started", r.pool_tasks_started);
     println!(
         "latency         p50 {:.2} ms, p99 {:.2} ms (enqueue to start)",
         r.latency_ms.p50, r.latency_ms.p99

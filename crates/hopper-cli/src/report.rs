@@ -36,6 +36,23 @@ pub fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// CPU time this process has used so far, every thread, user and system, in seconds
+/// (`/proc/self/stat`, in clock ticks of 10 ms), where the system reports it.
+pub fn process_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    cpu_s_of_stat(&stat)
+}
+
+/// `utime + stime` of a `/proc/PID/stat` line, in seconds. The command name (field 2) may
+/// hold spaces and parentheses, so fields are counted from the last `)`.
+fn cpu_s_of_stat(stat: &str) -> Option<f64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,6 +64,14 @@ mod tests {
             "1 1 2 2 16 ×3 10"
         );
         assert_eq!(run_lengths(&[]), "");
+    }
+
+    #[test]
+    fn cpu_time_is_read_after_the_command_name() {
+        // Fields 14 and 15 (utime 250, stime 75 ticks); the name holds ") 7 8" to mislead.
+        let stat = "4242 (odd) 7 8) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 0 0 20 0 3";
+        assert_eq!(cpu_s_of_stat(stat), Some(3.25));
+        assert_eq!(cpu_s_of_stat("4242 (cut) S 1"), None);
     }
 
     #[test]

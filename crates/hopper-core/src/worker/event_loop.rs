@@ -17,7 +17,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::pool::{self, Done, Handoff, PoolContext, Work};
 use super::stats::{QueueStats, WorkerStats, push_size};
-use super::{Command, HANDOFF_MAX, QueueOptions, QueueSpec, WorkerConfig};
+use super::{Command, HANDOFF_MAX, POOL_KEEP_ALIVE, QueueOptions, QueueSpec, WorkerConfig};
 use crate::broker::{Broker, Budget, FetchRequest, Fetched, Outcome, SettleReport, Settlement};
 use crate::error::{ConfigError, Error, Result};
 use crate::job::{IdMap, IdSet, Job, JobId, LeaseId, to_millis};
@@ -139,7 +139,11 @@ pub(crate) struct EventLoop {
     stats: Arc<Mutex<WorkerStats>>,
     ctx: Arc<PoolContext>,
     tasks: Vec<Option<Task>>,
-    idle: Vec<usize>,
+    /// Idle tasks and since when, the longest idle first; the last one idle is given work
+    /// first, so the others can reach [`POOL_KEEP_ALIVE`] and end.
+    idle: Vec<(usize, Instant)>,
+    /// Pool tasks spawned since the start.
+    tasks_started: u64,
     live: usize,
     limit: usize,
     fetch_in_flight: bool,
@@ -247,6 +251,7 @@ impl EventLoop {
             ctx,
             tasks: Vec::new(),
             idle: Vec::new(),
+            tasks_started: 0,
             live: 0,
             limit,
             fetch_in_flight: false,
@@ -399,6 +404,9 @@ impl EventLoop {
         }
         consider(self.next_poll);
         consider(self.next_due);
+        if let [(_, longest), _, ..] = self.idle.as_slice() {
+            consider(Some(*longest + POOL_KEEP_ALIVE));
+        }
         if !self.fetch_in_flight {
             consider(self.fetch_retry_at);
             let hold = self.top_up_hold();
@@ -448,7 +456,7 @@ impl EventLoop {
             self.settled(result, batch, queues, st);
         }
         self.maybe_renew(now);
-        self.shrink_pool();
+        self.shrink_pool(now);
         if self.next_poll.is_none() && self.queues.iter().any(|q| q.drained) {
             self.next_poll = Some(now + self.cfg.poll_interval);
         }
@@ -466,6 +474,7 @@ impl EventLoop {
         st.pool_tasks = self.live;
         st.idle_tasks = self.idle.len();
         st.peak_pool_tasks = st.peak_pool_tasks.max(self.live);
+        st.pool_tasks_started = self.tasks_started;
         now
     }
 
@@ -682,17 +691,15 @@ impl EventLoop {
             work: None,
         });
         self.live += 1;
-        self.idle.push(index);
+        self.tasks_started += 1;
+        self.idle.push((index, Instant::now()));
         index
     }
 
     fn give(&mut self, work: Work, record: TaskWork) {
         let index = match self.idle.pop() {
-            Some(i) => i,
-            None => {
-                self.spawn_task();
-                self.idle.pop().expect("just spawned")
-            }
+            Some((i, _)) => i,
+            None => self.spawn_task_busy(),
         };
         let task = self.tasks[index].as_mut().expect("idle tasks are alive");
         task.work = Some(record);
@@ -700,10 +707,22 @@ impl EventLoop {
         let _ = task.tx.send(work);
     }
 
-    fn shrink_pool(&mut self) {
-        let waiting = self.queues.iter().any(|q| !q.buffer.is_empty());
-        while !waiting && self.idle.len() > 1 {
-            let index = self.idle.pop().expect("more than one");
+    /// A new task for work given at once: spawned, and taken straight off the idle list.
+    fn spawn_task_busy(&mut self) -> usize {
+        let index = self.spawn_task();
+        self.idle.pop();
+        index
+    }
+
+    /// Ends the tasks idle for [`POOL_KEEP_ALIVE`], keeping one idle task.
+    fn shrink_pool(&mut self, now: Instant) {
+        let expired = self
+            .idle
+            .iter()
+            .take_while(|(_, since)| *since + POOL_KEEP_ALIVE <= now)
+            .count()
+            .min(self.idle.len().saturating_sub(1));
+        for (index, _) in self.idle.drain(..expired) {
             self.tasks[index] = None;
             self.live -= 1;
         }
@@ -1145,7 +1164,7 @@ impl EventLoop {
         let Some(work) = slot.work.take() else {
             return;
         };
-        self.idle.push(task);
+        self.idle.push((task, Instant::now()));
         let qi = match work {
             TaskWork::Jobs(h) => {
                 if !done.is_empty() {

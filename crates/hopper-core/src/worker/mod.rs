@@ -38,6 +38,10 @@ pub const DEFAULT_BATCH_WAIT: Duration = Duration::from_millis(50);
 /// The most jobs one hand-off carries (DESIGN.md §7). An in-process broker's default
 /// window holds two hand-offs per slot, so at most twice this.
 pub const HANDOFF_MAX: usize = 32;
+/// A pool task idle this long ends, unless it is the pool's last idle one. Until then it
+/// takes the next hand-off: between two fetches of a busy queue the buffer runs dry for a
+/// moment, and ending every idle task then spawned them all again a round trip later.
+pub const POOL_KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 /// How one queue is worked.
 #[derive(Debug, Clone)]

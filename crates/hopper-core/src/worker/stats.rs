@@ -46,6 +46,10 @@ pub struct WorkerStats {
     pub idle_tasks: usize,
     /// The most pool tasks alive at once.
     pub peak_pool_tasks: usize,
+    /// Pool tasks spawned since the worker started. Tasks idle for a second (beyond one)
+    /// end, so a figure well above [`peak_pool_tasks`](Self::peak_pool_tasks) means load
+    /// that comes and goes over seconds.
+    pub pool_tasks_started: u64,
     /// Per-queue figures.
     pub queues: BTreeMap<String, QueueStats>,
 }

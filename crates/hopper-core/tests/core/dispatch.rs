@@ -3,7 +3,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hopper_core::{JobContext, QueueOptions, Worker, WorkerStats};
+use hopper_core::worker::POOL_KEEP_ALIVE;
+use hopper_core::{JobContext, QueueOptions, Worker, WorkerHandle, WorkerStats};
 use tokio::time::Instant;
 
 use super::support::{enqueue_n, memory, wait_for};
@@ -81,10 +82,55 @@ async fn the_pool_grows_to_the_limit_and_shrinks_back_to_one_idle_task() {
         )
         .start()
         .unwrap();
-    let stats = wait_for(&worker, |s| s.completed == 6 && s.pool_tasks == 1).await;
+    // Four tasks run jobs 1–4; at 1 s two of them take jobs 5 and 6, and two go idle. A
+    // task idle for a second ends, except the last one.
+    tokio::time::sleep_until(t0 + Duration::from_millis(1500)).await;
+    assert_eq!(live_and_idle(&worker), (4, 2));
+    tokio::time::sleep_until(t0 + Duration::from_millis(2500)).await;
+    assert_eq!(worker.stats().completed, 6);
+    assert_eq!(live_and_idle(&worker), (2, 2));
+    // The last two went idle at 2 s: both live until 3 s, one after.
+    tokio::time::sleep_until(t0 + Duration::from_millis(2999)).await;
+    assert_eq!(live_and_idle(&worker), (2, 2));
+    tokio::time::sleep_until(t0 + Duration::from_millis(3001)).await;
+    let stats = worker.stats();
     assert_eq!(*starts.lock().unwrap(), [0, 0, 0, 0, 1000, 1000]);
     assert_eq!(stats.peak_pool_tasks, 4);
+    assert_eq!(stats.pool_tasks_started, 4);
     assert_eq!((stats.pool_tasks, stats.idle_tasks), (1, 1));
+    worker.shutdown().await;
+}
+
+fn live_and_idle(worker: &WorkerHandle) -> (usize, usize) {
+    let s = worker.stats();
+    (s.pool_tasks, s.idle_tasks)
+}
+
+#[tokio::test(start_paused = true)]
+async fn bursts_closer_than_the_keep_alive_reuse_the_pool_tasks() {
+    let (_, broker) = memory();
+    let worker = Worker::builder(broker.clone())
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(4),
+            |_job: JobContext<u64>| async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    for burst in 1..=5u64 {
+        enqueue_n(&broker, "q", 4).await;
+        let stats = wait_for(&worker, |s| s.completed == 4 * burst).await;
+        assert_eq!(stats.peak_pool_tasks, 4);
+        tokio::time::sleep(POOL_KEEP_ALIVE / 2).await;
+    }
+    // Every burst ran on the four tasks of the first; ending the idle ones at once, as
+    // before, spawned three again for each later burst (16 in all).
+    assert_eq!(worker.stats().pool_tasks_started, 4);
+    tokio::time::sleep(POOL_KEEP_ALIVE).await;
+    assert_eq!(live_and_idle(&worker), (1, 1));
     worker.shutdown().await;
 }
 
