@@ -159,12 +159,14 @@ pub(crate) fn settle(
 ) -> rusqlite::Result<(SettleReport, bool)> {
     let mut report = SettleReport::default();
     let mut requeued = false;
+    // Looked up in the statement cache once per batch, not per job: each lookup hashes the
+    // statement's text. (One `DELETE … WHERE id IN (SELECT value FROM json_each(?))` per
+    // batch was tried instead: the raw loop at batch 10 fell from 29–31k to 21–23k.)
+    let mut ack = conn.prepare_cached(sql::SETTLE_ACK)?;
     for s in settlements {
         let (id, lease) = (s.job.0, s.lease.0);
         let changed = match &s.outcome {
-            Outcome::Ack => conn
-                .prepare_cached(sql::SETTLE_ACK)?
-                .execute(params![id, lease])?,
+            Outcome::Ack => ack.execute(params![id, lease])?,
             Outcome::Retry { delay, error } => {
                 let delay = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
                 let run_at = now.saturating_add(delay);
