@@ -43,3 +43,48 @@ impl Clock {
         }
     }
 }
+
+/// Work done at most once a period by whichever caller comes first after it, however many
+/// share it: brokers pace their reaper of expired leases with one, so a busy worker does
+/// not run it on every fetch.
+#[derive(Debug)]
+pub struct Pace {
+    every: Millis,
+    last: std::sync::atomic::AtomicI64,
+}
+
+impl Pace {
+    /// Due at once, then once every `every` milliseconds.
+    pub const fn new(every: Millis) -> Self {
+        Pace {
+            every,
+            last: std::sync::atomic::AtomicI64::new(Millis::MIN),
+        }
+    }
+
+    /// Whether the caller at `now` takes this turn; a turn goes to one caller only.
+    pub fn due(&self, now: Millis) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let last = self.last.load(Relaxed);
+        now.saturating_sub(last) >= self.every
+            && self
+                .last
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pace;
+
+    #[test]
+    fn a_pace_gives_one_turn_per_period() {
+        let pace = Pace::new(1000);
+        let turns: Vec<bool> = [0, 0, 999, 1000, 1500, 1999, 2000]
+            .into_iter()
+            .map(|now| pace.due(now))
+            .collect();
+        assert_eq!(turns, [true, false, false, true, false, false, true]);
+    }
+}

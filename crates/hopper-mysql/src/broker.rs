@@ -2,11 +2,12 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use hopper_core::clock::Pace;
 use hopper_core::job::to_millis;
 use hopper_core::{
     Broker, CancelOutcome, Capabilities, Clock, Error, FetchRequest, Fetched, JobId, JobRecord,
@@ -45,8 +46,9 @@ struct Inner {
     /// wake poller when another process enqueued.
     wake: watch::Sender<u64>,
     poller: Option<JoinHandle<()>>,
-    /// When this broker last returned expired leases (ms, by its own reading of time).
-    last_reap: AtomicI64,
+    /// Returning expired leases, at most once a [`REAP_EVERY_MS`] (by this broker's own
+    /// reading of time).
+    reap_pace: Pace,
     /// Whether the server accepts every budget of a fetch in one UNION ALL statement.
     union_claims: AtomicBool,
     /// The queues whose last claim here came back short. Their next claim first looks up
@@ -124,7 +126,7 @@ impl MySqlBroker {
                 clock: options.clock,
                 wake,
                 poller,
-                last_reap: AtomicI64::new(i64::MIN),
+                reap_pace: Pace::new(REAP_EVERY_MS),
                 union_claims: AtomicBool::new(true),
                 by_levels: Mutex::new(HashSet::new()),
                 id_step,
@@ -162,13 +164,7 @@ impl MySqlBroker {
     /// Whether this fetch should return expired leases: at most once a second per broker.
     fn reap_due(&self, now: Option<Millis>) -> bool {
         let now = now.unwrap_or_else(|| to_millis(SystemTime::now()));
-        let last = self.inner.last_reap.load(Ordering::Relaxed);
-        now.saturating_sub(last) >= REAP_EVERY_MS
-            && self
-                .inner
-                .last_reap
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+        self.inner.reap_pace.due(now)
     }
 }
 

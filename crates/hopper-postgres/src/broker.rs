@@ -2,10 +2,11 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use hopper_core::clock::Pace;
 use hopper_core::job::{headers_from_json, to_millis};
 use hopper_core::{
     Broker, CancelOutcome, Capabilities, Error, FetchRequest, Fetched, Job, JobId, JobRecord,
@@ -73,8 +74,10 @@ struct Inner {
     channel: String,
     wake: watch::Sender<u64>,
     listener: Option<JoinHandle<()>>,
-    last_reap: AtomicI64,
-    last_prune: AtomicI64,
+    /// The reaper of expired leases, at most once a [`REAP_EVERY_MS`] per broker.
+    reap_pace: Pace,
+    /// Pruning of completed jobs, at most once a [`PRUNE_EVERY_MS`] per broker.
+    prune_pace: Pace,
     shown_url: String,
 }
 
@@ -158,8 +161,8 @@ impl PgBroker {
                 channel,
                 wake,
                 listener,
-                last_reap: AtomicI64::new(i64::MIN),
-                last_prune: AtomicI64::new(i64::MIN),
+                reap_pace: Pace::new(REAP_EVERY_MS),
+                prune_pace: Pace::new(PRUNE_EVERY_MS),
                 shown_url: parsed.shown,
                 options,
             }),
@@ -227,18 +230,6 @@ impl PgBroker {
             a.headers.push(job.headers_json());
         }
         Ok(a)
-    }
-
-    /// Whether this fetch runs the reaper: at most once a second per broker (the claim
-    /// statement carries it, see claim.sql).
-    fn reap_due(&self, now_hint: Millis) -> bool {
-        let last = self.inner.last_reap.load(Ordering::Relaxed);
-        now_hint.saturating_sub(last) >= REAP_EVERY_MS
-            && self
-                .inner
-                .last_reap
-                .compare_exchange(last, now_hint, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
     }
 
     /// Counts `claimed` jobs towards the next vacuum, and starts it in the background when
@@ -336,14 +327,7 @@ impl PgBroker {
     /// Prunes completed jobs past their retention, when that is due.
     async fn prune(&self, conn: &mut PgConnection, now_hint: Millis) -> Result<()> {
         if let Some(keep) = self.inner.options.keep_completed {
-            let last = self.inner.last_prune.load(Ordering::Relaxed);
-            if now_hint.saturating_sub(last) >= PRUNE_EVERY_MS
-                && self
-                    .inner
-                    .last_prune
-                    .compare_exchange(last, now_hint, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-            {
+            if self.inner.prune_pace.due(now_hint) {
                 sqlx::query(&self.inner.sql.prune_completed)
                     .bind(self.now())
                     .bind(keep.as_millis() as i64)
@@ -554,7 +538,8 @@ impl Broker for PgBroker {
         let mut held = self.inner.claims.get().await?;
         self.prune(held.conn(), now_hint).await?;
         let ttl = request.lease_ttl.as_millis() as i64;
-        let reap = self.reap_due(now_hint);
+        // The claim statement carries the reaper when it is due (see claim.sql).
+        let reap = self.inner.reap_pace.due(now_hint);
         let (mut jobs, mut next_due, reaped) = claim(
             &self.inner.sql.claim,
             &mut held,

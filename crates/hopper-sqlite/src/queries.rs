@@ -54,7 +54,8 @@ pub(crate) struct Claimed {
     pub(crate) next_due: Option<Millis>,
 }
 
-/// Takes expired leases back, then claims up to each budget under `lease`.
+/// Takes expired leases back when `reap_expired` (the broker paces it), then claims up to
+/// each budget under `lease`.
 ///
 /// A claim reads a budget's candidates in fetch order, then takes each with an update that
 /// applies only while the job is still pending, so a job another writer took in between is
@@ -67,8 +68,11 @@ pub(crate) fn fetch(
     lease: LeaseId,
     lease_expires: Millis,
     now: Millis,
+    reap_expired: bool,
 ) -> rusqlite::Result<Claimed> {
-    reap(conn, now)?;
+    if reap_expired {
+        reap(conn, now)?;
+    }
     let mut candidates = conn.prepare_cached(sql::CLAIM_CANDIDATES)?;
     let mut claim = conn.prepare_cached(sql::CLAIM_JOB)?;
     let mut jobs = Vec::new();

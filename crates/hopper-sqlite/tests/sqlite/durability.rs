@@ -99,3 +99,35 @@ async fn a_clone_keeps_the_broker_open() {
     assert_eq!(ids.len(), 1);
     assert_eq!(clone.path(), db.path());
 }
+
+/// A fetch takes expired leases back at most once a second, as on PostgreSQL: the reaper's
+/// two statements ran on every fetch before, even when nothing had expired.
+#[tokio::test(start_paused = true)]
+async fn expired_leases_are_taken_back_at_most_once_a_second() {
+    let db = TempDb::new("reap-pace");
+    let broker = open_tokio(&db).await;
+    let ids = broker
+        .enqueue(vec![NewJob::new("q", "a"), NewJob::new("q", "b")])
+        .await
+        .unwrap();
+    let short = Duration::from_millis(300);
+    // t = 0: the reaper runs (nothing to take back), and job a goes out for 300 ms.
+    let first = broker
+        .fetch(FetchRequest::one("q", 1, short))
+        .await
+        .unwrap();
+    assert_eq!(first.jobs[0].id, ids[0]);
+
+    // t = 400 ms: a's lease has expired, but the reaper ran less than a second ago, so the
+    // fetch finds only b.
+    tokio::time::advance(Duration::from_millis(400)).await;
+    let second = broker.fetch(FetchRequest::one("q", 2, TTL)).await.unwrap();
+    let got: Vec<_> = second.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(got, [ids[1]]);
+
+    // t = 1 s: the reaper is due again and a comes back on its second attempt.
+    tokio::time::advance(Duration::from_millis(600)).await;
+    let third = broker.fetch(FetchRequest::one("q", 2, TTL)).await.unwrap();
+    let got: Vec<_> = third.jobs.iter().map(|j| (j.id, j.attempt)).collect();
+    assert_eq!(got, [(ids[0], 2)]);
+}
