@@ -62,11 +62,13 @@ impl Pace {
         }
     }
 
-    /// Whether the caller at `now` takes this turn; a turn goes to one caller only.
+    /// Whether the caller at `now` takes this turn; a turn goes to one caller only. A clock
+    /// stepped back behind the last turn gives a turn at once, rather than none until it
+    /// catches up again.
     pub fn due(&self, now: Millis) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         let last = self.last.load(Relaxed);
-        now.saturating_sub(last) >= self.every
+        (now < last || now.saturating_sub(last) >= self.every)
             && self
                 .last
                 .compare_exchange(last, now, Relaxed, Relaxed)
@@ -81,10 +83,17 @@ mod tests {
     #[test]
     fn a_pace_gives_one_turn_per_period() {
         let pace = Pace::new(1000);
-        let turns: Vec<bool> = [0, 0, 999, 1000, 1500, 1999, 2000]
+        let turns: Vec<bool> = [0, 0, 999, 1000, 1500, 1999, 2000, 500, 900, 1500]
             .into_iter()
             .map(|now| pace.due(now))
             .collect();
-        assert_eq!(turns, [true, false, false, true, false, false, true]);
+        // At 500 the clock has been stepped back: a turn there at once, and the next a
+        // period later.
+        assert_eq!(
+            turns,
+            [
+                true, false, false, true, false, false, true, true, false, true
+            ]
+        );
     }
 }
