@@ -17,7 +17,9 @@ use tokio::time::{Instant, sleep_until};
 
 use super::pool::{self, Done, Handoff, PoolContext, Work};
 use super::stats::{QueueStats, WorkerStats, push_size};
-use super::{Command, HANDOFF_MAX, POOL_KEEP_ALIVE, QueueOptions, QueueSpec, WorkerConfig};
+use super::{
+    Command, HANDOFF_MAX, POOL_KEEP_ALIVE, QueueOptions, QueueSpec, STOP_SETTLE_LIMIT, WorkerConfig,
+};
 use crate::broker::{Broker, Budget, FetchRequest, Fetched, Outcome, SettleReport, Settlement};
 use crate::error::{ConfigError, Error, Result};
 use crate::job::{IdMap, IdSet, Job, JobId, LeaseId, to_millis};
@@ -118,6 +120,9 @@ struct Task {
 
 struct Stopping {
     deadline: Instant,
+    /// The grace period plus [`STOP_SETTLE_LIMIT`]: the loop stops then, whatever it has
+    /// not been able to settle.
+    give_up_at: Instant,
     /// The grace period is over and the running jobs were released.
     abandoned: bool,
     replies: Vec<oneshot::Sender<()>>,
@@ -159,6 +164,8 @@ pub(crate) struct EventLoop {
     settle_queues: Vec<Option<usize>>,
     settle_since: Option<Instant>,
     settle_in_flight: bool,
+    /// Settlements in the batch in flight.
+    settle_in_flight_len: usize,
     settle_retry_at: Option<Instant>,
     leases: IdMap<LeaseId, usize>,
     lost: IdSet<LeaseId>,
@@ -263,6 +270,7 @@ impl EventLoop {
             settle_queues: Vec::new(),
             settle_since: None,
             settle_in_flight: false,
+            settle_in_flight_len: 0,
             settle_retry_at: None,
             leases: IdMap::default(),
             lost: IdSet::default(),
@@ -292,7 +300,7 @@ impl EventLoop {
                 let stats = self.stats.clone();
                 let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
                 let now = self.step(&mut st);
-                if self.finished() {
+                if self.finished() || self.give_up(now, &mut st) {
                     break;
                 }
                 now
@@ -352,8 +360,15 @@ impl EventLoop {
         // acknowledgements would then be refused.
         if self.pushed {
             for q in &self.queues {
-                if let Err(e) = self.broker.unsubscribe(&q.name).await {
-                    tracing::warn!(queue = %q.name, error = %e, "closing the subscription failed");
+                let closing = self.broker.unsubscribe(&q.name);
+                match tokio::time::timeout(STOP_SETTLE_LIMIT, closing).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(queue = %q.name, error = %e, "closing the subscription failed");
+                    }
+                    Err(_) => {
+                        tracing::warn!(queue = %q.name, waited = ?STOP_SETTLE_LIMIT, "closing the subscription did not finish; leaving it");
+                    }
                 }
             }
         }
@@ -362,6 +377,28 @@ impl EventLoop {
                 let _ = r.send(());
             }
         }
+    }
+
+    /// Past the grace period and [`STOP_SETTLE_LIMIT`] with settlements still undelivered
+    /// (or a fetch still out): the broker is unreachable, and the worker stops without them.
+    fn give_up(&self, now: Instant, st: &mut WorkerStats) -> bool {
+        if self.stopping.as_ref().is_none_or(|s| now < s.give_up_at) {
+            return false;
+        }
+        let in_flight = if self.settle_in_flight {
+            self.settle_in_flight_len
+        } else {
+            0
+        };
+        let undelivered = self.settles.len() + in_flight;
+        st.settlements_undelivered += undelivered as u64;
+        tracing::warn!(
+            undelivered,
+            fetch_in_flight = self.fetch_in_flight,
+            "stopping without settling: the broker did not take the settlements in time; \
+             their jobs run again once their leases expire"
+        );
+        true
     }
 
     fn finished(&self) -> bool {
@@ -427,6 +464,7 @@ impl EventLoop {
                 .filter(|s| !s.abandoned)
                 .map(|s| s.deadline),
         );
+        consider(self.stopping.as_ref().map(|s| s.give_up_at));
         at
     }
 
@@ -890,6 +928,7 @@ impl EventLoop {
         self.settle_retry_at = None;
         self.settle_since = None;
         self.settle_in_flight = true;
+        self.settle_in_flight_len = self.settles.len();
         let batch = std::mem::take(&mut self.settles);
         let queues = std::mem::take(&mut self.settle_queues);
         let broker = self.broker.clone();
@@ -1405,8 +1444,10 @@ impl EventLoop {
                 match self.stopping.as_mut() {
                     Some(s) => s.replies.push(reply),
                     None => {
+                        let deadline = Instant::now() + grace;
                         self.stopping = Some(Stopping {
-                            deadline: Instant::now() + grace,
+                            deadline,
+                            give_up_at: deadline + STOP_SETTLE_LIMIT,
                             abandoned: false,
                             replies: vec![reply],
                         });

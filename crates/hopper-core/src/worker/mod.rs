@@ -42,6 +42,12 @@ pub const HANDOFF_MAX: usize = 32;
 /// takes the next hand-off: between two fetches of a busy queue the buffer runs dry for a
 /// moment, and ending every idle task then spawned them all again a round trip later.
 pub const POOL_KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// How long a stopping worker still tries to deliver its settlements after the grace
+/// period (and waits on a fetch in flight) before it gives up on a broker it cannot reach
+/// and stops anyway. What it could not deliver is counted in
+/// [`WorkerStats::settlements_undelivered`]; those jobs come back when their leases expire
+/// (on RabbitMQ, when their channel closes) and run again.
+pub const STOP_SETTLE_LIMIT: Duration = Duration::from_secs(5);
 
 /// How one queue is worked.
 #[derive(Debug, Clone)]

@@ -50,6 +50,10 @@ pub struct WorkerStats {
     /// end, so a figure well above [`peak_pool_tasks`](Self::peak_pool_tasks) means load
     /// that comes and goes over seconds.
     pub pool_tasks_started: u64,
+    /// Settlements a stopping worker could not deliver within
+    /// [`STOP_SETTLE_LIMIT`](crate::worker::STOP_SETTLE_LIMIT) after its grace period: the
+    /// broker failed or did not answer. Their jobs run again once their leases expire.
+    pub settlements_undelivered: u64,
     /// Per-queue figures.
     pub queues: BTreeMap<String, QueueStats>,
 }

@@ -1,13 +1,18 @@
 //! At least once: shutdown, bad payloads, panics, retries.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hopper_core::{JobContext, JobError, JobState, NewJob, QueueOptions, RetryPolicy, Worker};
+use hopper_core::worker::STOP_SETTLE_LIMIT;
+use hopper_core::{
+    Broker, JobContext, JobError, JobId, JobState, NewJob, QueueOptions, RetryPolicy, Worker,
+    WorkerStats,
+};
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use super::support::{enqueue_n, memory, wait_for};
+use super::support::{Remote, Settling, enqueue_n, memory, wait_for};
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_hands_buffered_jobs_back_without_charging_an_attempt() {
@@ -67,6 +72,87 @@ async fn the_grace_period_ends_with_running_jobs_released() {
             JobState::Pending
         );
     }
+}
+
+/// Runs three quick jobs on a [`Remote`] that settles as `settling` says, then stops with a
+/// grace period of 2 s: how long the stop took, the stats, and the jobs' states after it.
+async fn stop_while_settling(
+    settling: Settling,
+    broker_back_after: Option<(Arc<AtomicBool>, Duration)>,
+) -> (Duration, WorkerStats, Vec<JobState>) {
+    let mut remote = Remote::new(Duration::from_millis(1));
+    remote.settling = settling;
+    let inner = remote.inner.clone();
+    let broker: Arc<dyn Broker> = Arc::new(remote);
+    let ids: Vec<JobId> = broker
+        .enqueue((0..3u64).map(|i| NewJob::json("q", &i).unwrap()).collect())
+        .await
+        .unwrap();
+    let worker = Worker::builder(broker)
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(3),
+            |_job: JobContext<u64>| async { Ok(()) },
+        )
+        .start()
+        .unwrap();
+    wait_for(&worker, |s| s.completed == 3).await;
+    if let Some((down, after)) = broker_back_after {
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            down.store(false, Ordering::SeqCst);
+        });
+    }
+    let t0 = Instant::now();
+    let stats = worker.shutdown_with(Duration::from_secs(2)).await;
+    let took = t0.elapsed();
+    let mut states = Vec::new();
+    for id in ids {
+        states.push(
+            inner
+                .job(id)
+                .await
+                .unwrap()
+                .map_or(JobState::Completed, |r| r.state),
+        );
+    }
+    (took, stats, states)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_gives_up_on_a_broker_that_refuses_settlements() {
+    let down = Arc::new(AtomicBool::new(true));
+    let (took, stats, states) = stop_while_settling(Settling::FailsWhile(down), None).await;
+    assert_eq!(took, Duration::from_secs(2) + STOP_SETTLE_LIMIT);
+    assert_eq!(stats.settlements_undelivered, 3);
+    assert_eq!(
+        states,
+        [JobState::Leased; 3],
+        "still leased: they run again once the lease expires"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_gives_up_on_a_settlement_that_never_returns() {
+    let (took, stats, states) = stop_while_settling(Settling::Hangs, None).await;
+    assert_eq!(took, Duration::from_secs(2) + STOP_SETTLE_LIMIT);
+    assert_eq!(stats.settlements_undelivered, 3);
+    assert_eq!(states, [JobState::Leased; 3]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_delivers_settlements_to_a_broker_that_comes_back_in_time() {
+    let down = Arc::new(AtomicBool::new(true));
+    let back = (down.clone(), Duration::from_secs(3));
+    let (took, stats, states) = stop_while_settling(Settling::FailsWhile(down), Some(back)).await;
+    // Failed settlements are retried every 200 ms: the first retry once the broker is
+    // back at 3 s delivers them.
+    assert!(
+        took >= Duration::from_secs(3) && took <= Duration::from_millis(3200),
+        "{took:?}"
+    );
+    assert_eq!(stats.settlements_undelivered, 0);
+    assert_eq!(states, [JobState::Completed; 3], "acknowledged: gone");
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,12 +1,14 @@
 //! Helpers shared by the test modules.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, Clock, FetchRequest, Fetched, JobId, JobRecord, LeaseId,
-    MemoryBroker, NewJob, QueueCounts, Result, SettleReport, Settlement, WorkerHandle, WorkerStats,
+    Broker, CancelOutcome, Capabilities, Clock, Error, FetchRequest, Fetched, JobId, JobRecord,
+    LeaseId, MemoryBroker, NewJob, QueueCounts, Result, SettleReport, Settlement, WorkerHandle,
+    WorkerStats,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -55,6 +57,18 @@ pub enum Renewal {
     LostAfterSettle(Arc<Notify>),
 }
 
+/// How [`Remote`] answers a settlement.
+#[derive(Debug, Clone)]
+pub enum Settling {
+    /// As the memory broker does.
+    Real,
+    /// With an error while the flag is set (the broker is down), as the memory broker once
+    /// it is cleared.
+    FailsWhile(Arc<AtomicBool>),
+    /// Never: the connection hangs.
+    Hangs,
+}
+
 /// The memory broker behind a fixed round trip on every fetch, and saying it is not
 /// in-process: what a SQL broker looks like to the worker, on tokio's paused clock.
 #[derive(Debug)]
@@ -62,6 +76,7 @@ pub struct Remote {
     pub inner: MemoryBroker,
     pub rtt: Duration,
     pub renewal: Renewal,
+    pub settling: Settling,
 }
 
 impl Remote {
@@ -70,6 +85,7 @@ impl Remote {
             inner: MemoryBroker::with_clock(Clock::tokio()),
             rtt,
             renewal: Renewal::Real,
+            settling: Settling::Real,
         }
     }
 }
@@ -91,6 +107,14 @@ impl Broker for Remote {
         self.inner.fetch(request).await
     }
     async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        match &self.settling {
+            Settling::Real => {}
+            Settling::FailsWhile(down) if down.load(Ordering::SeqCst) => {
+                return Err(Error::broker_msg("the broker is down"));
+            }
+            Settling::FailsWhile(_) => {}
+            Settling::Hangs => std::future::pending::<()>().await,
+        }
         let report = self.inner.settle(settlements).await;
         if let Renewal::LostAfterSettle(settled) = &self.renewal {
             settled.notify_one();
