@@ -359,9 +359,12 @@ impl EventLoop {
         // hand back jobs whose handlers are still finishing in the grace period, and their
         // acknowledgements would then be refused.
         if self.pushed {
+            // One limit for every queue together, so a hung connection holds the stop up
+            // once, not once per queue.
+            let closed_by = Instant::now() + STOP_SETTLE_LIMIT;
             for q in &self.queues {
                 let closing = self.broker.unsubscribe(&q.name);
-                match tokio::time::timeout(STOP_SETTLE_LIMIT, closing).await {
+                match tokio::time::timeout_at(closed_by, closing).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
                         tracing::warn!(queue = %q.name, error = %e, "closing the subscription failed");
@@ -392,12 +395,20 @@ impl EventLoop {
         };
         let undelivered = self.settles.len() + in_flight;
         st.settlements_undelivered += undelivered as u64;
-        tracing::warn!(
-            undelivered,
-            fetch_in_flight = self.fetch_in_flight,
-            "stopping without settling: the broker did not take the settlements in time; \
-             their jobs run again once their leases expire"
-        );
+        if undelivered > 0 {
+            tracing::warn!(
+                undelivered,
+                in_flight,
+                "stopping with settlements the broker has not confirmed; their jobs come back \
+                 once their leases expire, as after a crash"
+            );
+        }
+        if self.fetch_in_flight {
+            tracing::warn!(
+                "stopping with a fetch the broker has not answered; what it claims comes \
+                 back once its lease expires"
+            );
+        }
         true
     }
 

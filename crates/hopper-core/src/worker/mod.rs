@@ -44,9 +44,11 @@ pub const HANDOFF_MAX: usize = 32;
 pub const POOL_KEEP_ALIVE: Duration = Duration::from_secs(1);
 /// How long a stopping worker still tries to deliver its settlements after the grace
 /// period (and waits on a fetch in flight) before it gives up on a broker it cannot reach
-/// and stops anyway. What it could not deliver is counted in
-/// [`WorkerStats::settlements_undelivered`]; those jobs come back when their leases expire
-/// (on RabbitMQ, when their channel closes) and run again.
+/// and stops anyway; closing its RabbitMQ subscriptions then gets as long again, for all
+/// queues together. What was not confirmed is counted in
+/// [`WorkerStats::settlements_undelivered`]. Those jobs come back as after a crash: once
+/// their leases expire (on RabbitMQ, once the channel closes), with the attempt charged, so
+/// one on its last attempt is dead-lettered.
 pub const STOP_SETTLE_LIMIT: Duration = Duration::from_secs(5);
 
 /// How one queue is worked.

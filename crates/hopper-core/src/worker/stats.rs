@@ -50,9 +50,10 @@ pub struct WorkerStats {
     /// end, so a figure well above [`peak_pool_tasks`](Self::peak_pool_tasks) means load
     /// that comes and goes over seconds.
     pub pool_tasks_started: u64,
-    /// Settlements a stopping worker could not deliver within
-    /// [`STOP_SETTLE_LIMIT`](crate::worker::STOP_SETTLE_LIMIT) after its grace period: the
-    /// broker failed or did not answer. Their jobs run again once their leases expire.
+    /// Settlements the broker had not confirmed when a stopping worker gave up on it,
+    /// [`STOP_SETTLE_LIMIT`](crate::worker::STOP_SETTLE_LIMIT) after its grace period: they
+    /// failed, or were still on their way (a batch in flight may yet be applied). Their jobs
+    /// come back once their leases expire, as after a crash.
     pub settlements_undelivered: u64,
     /// Per-queue figures.
     pub queues: BTreeMap<String, QueueStats>,

@@ -141,6 +141,41 @@ async fn a_stop_gives_up_on_a_settlement_that_never_returns() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_release_at_the_end_of_the_grace_period_is_counted_when_it_cannot_be_delivered() {
+    let mut remote = Remote::new(Duration::from_millis(1));
+    remote.settling = Settling::FailsWhile(Arc::new(AtomicBool::new(true)));
+    let inner = remote.inner.clone();
+    let broker: Arc<dyn Broker> = Arc::new(remote);
+    let ids = broker
+        .enqueue(vec![NewJob::json("q", &1u64).unwrap()])
+        .await
+        .unwrap();
+    let worker = Worker::builder(broker)
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(1),
+            |_job: JobContext<u64>| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    wait_for(&worker, |s| s.running == 1).await;
+    let t0 = Instant::now();
+    let stats = worker.shutdown_with(Duration::from_secs(2)).await;
+    assert_eq!(t0.elapsed(), Duration::from_secs(2) + STOP_SETTLE_LIMIT);
+    assert_eq!((stats.released, stats.settlements_undelivered), (1, 1));
+    let held = inner.job(ids[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (held.state, held.job.attempt),
+        (JobState::Leased, 1),
+        "the release never reached the broker: the attempt stays charged until the lease \
+         expires"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stop_delivers_settlements_to_a_broker_that_comes_back_in_time() {
     let down = Arc::new(AtomicBool::new(true));
     let back = (down.clone(), Duration::from_secs(3));
