@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use hopper_core::worker::STOP_SETTLE_LIMIT;
 use hopper_core::{
-    Broker, JobContext, JobError, JobId, JobState, NewJob, QueueOptions, RetryPolicy, Worker,
-    WorkerStats,
+    Broker, JobContext, JobError, JobId, JobState, MemoryBroker, NewJob, QueueOptions, RetryPolicy,
+    Worker, WorkerStats,
 };
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -74,16 +74,20 @@ async fn the_grace_period_ends_with_running_jobs_released() {
     }
 }
 
+/// A [`Remote`] that settles as `settling` says, and the memory broker behind it.
+fn remote_settling(settling: Settling) -> (MemoryBroker, Arc<dyn Broker>) {
+    let mut remote = Remote::new(Duration::from_millis(1));
+    remote.settling = settling;
+    (remote.inner.clone(), Arc::new(remote))
+}
+
 /// Runs three quick jobs on a [`Remote`] that settles as `settling` says, then stops with a
 /// grace period of 2 s: how long the stop took, the stats, and the jobs' states after it.
 async fn stop_while_settling(
     settling: Settling,
     broker_back_after: Option<(Arc<AtomicBool>, Duration)>,
 ) -> (Duration, WorkerStats, Vec<JobState>) {
-    let mut remote = Remote::new(Duration::from_millis(1));
-    remote.settling = settling;
-    let inner = remote.inner.clone();
-    let broker: Arc<dyn Broker> = Arc::new(remote);
+    let (inner, broker) = remote_settling(settling);
     let ids: Vec<JobId> = broker
         .enqueue((0..3u64).map(|i| NewJob::json("q", &i).unwrap()).collect())
         .await
@@ -142,10 +146,7 @@ async fn a_stop_gives_up_on_a_settlement_that_never_returns() {
 
 #[tokio::test(start_paused = true)]
 async fn a_release_at_the_end_of_the_grace_period_is_counted_when_it_cannot_be_delivered() {
-    let mut remote = Remote::new(Duration::from_millis(1));
-    remote.settling = Settling::FailsWhile(Arc::new(AtomicBool::new(true)));
-    let inner = remote.inner.clone();
-    let broker: Arc<dyn Broker> = Arc::new(remote);
+    let (inner, broker) = remote_settling(Settling::FailsWhile(Arc::new(AtomicBool::new(true))));
     let ids = broker
         .enqueue(vec![NewJob::json("q", &1u64).unwrap()])
         .await
