@@ -5,14 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_amqp::AmqpOptions;
 use hopper_amqp::topology::{dead_queue, retry_bucket, retry_queue};
+use hopper_amqp::{AmqpBroker, AmqpOptions};
 use hopper_core::{
     Broker, JobContext, JobError, NewJob, Prefetch, QueueOptions, Worker, WorkerHandle,
 };
 
 use super::support::{
-    Cleanup, Seen, Setup, another, enqueue_n, eventually, rabbitmqctl, setup, setup_with, wait_for,
+    Cleanup, FreezingProxy, Seen, Setup, another, enqueue_n, eventually, rabbitmqctl, setup,
+    setup_with, wait_for,
 };
 
 /// Closes the server-side connections named `name` (only this test's), returning how many.
@@ -51,10 +52,20 @@ async fn delete_as_operator(queues: &[String]) {
 /// A worker on `s.queue` at concurrency 10 and window 50 whose handler records each
 /// payload in `seen` and then takes `pause`.
 fn recording_worker(s: &Setup, seen: &Arc<Seen>, pause: Duration) -> WorkerHandle {
+    recording_worker_on(s.dyn_broker(), &s.queue, seen, pause)
+}
+
+/// [`recording_worker`] on any broker and queue.
+fn recording_worker_on(
+    broker: Arc<dyn Broker>,
+    queue: &str,
+    seen: &Arc<Seen>,
+    pause: Duration,
+) -> WorkerHandle {
     let seen = seen.clone();
-    Worker::builder(s.dyn_broker())
+    Worker::builder(broker)
         .queue(
-            &s.queue,
+            queue,
             QueueOptions::new()
                 .concurrency(10)
                 .prefetch(Prefetch::Fixed(50)),
@@ -315,5 +326,47 @@ async fn an_enqueue_given_up_mid_confirm_leaves_nothing_for_the_next_one() {
     assert_eq!(
         counts.pending, 1,
         "the job of the next enqueue is in the queue declared again"
+    );
+}
+
+/// The network to the server goes silent while a worker runs: a frozen proxy keeps the
+/// connection open, and nothing comes back. Stopping the worker must not hang on it:
+/// closing the subscription waits on the server's reply, and gives up after
+/// `STOP_SETTLE_LIMIT`. What the silent server still held goes back to the queue once the
+/// connection closes, and a second worker runs it: nothing is lost.
+#[tokio::test]
+async fn a_stop_does_not_hang_on_a_server_gone_silent() {
+    const N: usize = 400;
+    let queue = hopper_testkit::unique_name("hopper_fault_silent");
+    let direct = another(AmqpOptions::new().declare(true)).await;
+    enqueue_n(&direct, &queue, N).await;
+    let _cleanup = Cleanup::for_queue(&queue);
+    let proxy = FreezingProxy::start().await;
+    let through = AmqpBroker::connect_with(&proxy.url(), AmqpOptions::new().declare(true))
+        .await
+        .expect("connect through the proxy");
+    let seen = Arc::new(Seen::default());
+    let worker = recording_worker_on(Arc::new(through), &queue, &seen, Duration::from_millis(5));
+    eventually(30, "100 jobs before the freeze", || seen.distinct() >= 100).await;
+    proxy.freeze();
+    let at_freeze = seen.distinct();
+    assert!(
+        at_freeze < N,
+        "the backlog drained before the freeze; nothing was tested"
+    );
+    let stopped = tokio::time::timeout(
+        Duration::from_secs(60),
+        worker.shutdown_with(Duration::from_secs(1)),
+    )
+    .await;
+    assert!(stopped.is_ok(), "the stop hung on the silent server");
+    // The server sees the connection close and takes back what it had delivered.
+    drop(proxy);
+    let worker = recording_worker_on(direct, &queue, &seen, Duration::ZERO);
+    eventually(60, "every job after the freeze", || seen.distinct() == N).await;
+    worker.shutdown().await;
+    eprintln!(
+        "{at_freeze} of {N} seen at the freeze; {} runs in all",
+        seen.total()
     );
 }

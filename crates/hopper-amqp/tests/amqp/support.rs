@@ -228,3 +228,99 @@ pub async fn held_after(
         .expect("fetch")
         .jobs
 }
+
+/// A TCP proxy to the test server that can be frozen: from then on it moves no byte either
+/// way but keeps both sockets open, as a network that silently drops everything would.
+/// Dropping it closes every connection through it.
+pub struct FreezingProxy {
+    pub port: u16,
+    frozen: tokio::sync::watch::Sender<bool>,
+    accept: tokio::task::JoinHandle<()>,
+    pumps: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl FreezingProxy {
+    pub async fn start() -> FreezingProxy {
+        let server = server_addr();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (frozen, _) = tokio::sync::watch::channel(false);
+        let pumps = Arc::new(Mutex::new(Vec::new()));
+        let (on, all) = (frozen.clone(), pumps.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(upstream) = tokio::net::TcpStream::connect(&server).await else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (ur, uw) = upstream.into_split();
+                let mut g = all.lock().unwrap();
+                g.push(tokio::spawn(pump(cr, uw, on.subscribe())));
+                g.push(tokio::spawn(pump(ur, cw, on.subscribe())));
+            }
+        });
+        FreezingProxy {
+            port,
+            frozen,
+            accept,
+            pumps,
+        }
+    }
+
+    /// The test server's URL, through this proxy.
+    pub fn url(&self) -> String {
+        let server = server_addr();
+        url().replacen(&server, &format!("127.0.0.1:{}", self.port), 1)
+    }
+
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+}
+
+impl Drop for FreezingProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        for p in self.pumps.lock().unwrap().drain(..) {
+            p.abort();
+        }
+    }
+}
+
+/// `host:port` of the test server's URL.
+fn server_addr() -> String {
+    let u = url();
+    let after_at = u.rsplit_once('@').map_or(u.as_str(), |(_, rest)| rest);
+    let host_port = after_at.split('/').next().unwrap_or("127.0.0.1:5672");
+    if host_port.contains(':') {
+        host_port.to_owned()
+    } else {
+        format!("{host_port}:5672")
+    }
+}
+
+/// Copies `from` to `to` until either closes or the proxy is frozen; frozen, it holds both
+/// open and moves nothing more.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut frozen: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = tokio::select! {
+            read = from.read(&mut buf) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            },
+            _ = frozen.wait_for(|f| *f) => break,
+        };
+        if *frozen.borrow() || to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    // Frozen: keep the sockets until the proxy is dropped.
+    std::future::pending::<()>().await;
+    drop((from, to));
+}
