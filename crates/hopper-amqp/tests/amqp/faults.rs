@@ -336,7 +336,7 @@ async fn an_enqueue_given_up_mid_confirm_leaves_nothing_for_the_next_one() {
 /// connection closes, and a second worker runs it: nothing is lost.
 #[tokio::test]
 async fn a_stop_does_not_hang_on_a_server_gone_silent() {
-    const N: usize = 400;
+    const N: usize = 1000;
     let queue = hopper_testkit::unique_name("hopper_fault_silent");
     let direct = another(AmqpOptions::new().declare(true)).await;
     enqueue_n(&direct, &queue, N).await;
