@@ -163,9 +163,8 @@ pub(crate) struct EventLoop {
     /// The queue of each settlement of `settles`, where known.
     settle_queues: Vec<Option<usize>>,
     settle_since: Option<Instant>,
-    settle_in_flight: bool,
-    /// Settlements in the batch in flight.
-    settle_in_flight_len: usize,
+    /// The number of settlements in the batch in flight, if one is.
+    settle_in_flight: Option<usize>,
     settle_retry_at: Option<Instant>,
     leases: IdMap<LeaseId, usize>,
     lost: IdSet<LeaseId>,
@@ -269,8 +268,7 @@ impl EventLoop {
             settles: Vec::new(),
             settle_queues: Vec::new(),
             settle_since: None,
-            settle_in_flight: false,
-            settle_in_flight_len: 0,
+            settle_in_flight: None,
             settle_retry_at: None,
             leases: IdMap::default(),
             lost: IdSet::default(),
@@ -388,11 +386,7 @@ impl EventLoop {
         if self.stopping.as_ref().is_none_or(|s| now < s.give_up_at) {
             return false;
         }
-        let in_flight = if self.settle_in_flight {
-            self.settle_in_flight_len
-        } else {
-            0
-        };
+        let in_flight = self.settle_in_flight.unwrap_or(0);
         let undelivered = self.settles.len() + in_flight;
         st.settlements_undelivered += undelivered as u64;
         if undelivered > 0 {
@@ -417,7 +411,7 @@ impl EventLoop {
             && self.idle.len() == self.live
             && !self.fetch_in_flight
             && self.settles.is_empty()
-            && !self.settle_in_flight
+            && self.settle_in_flight.is_none()
     }
 
     fn undrain(&mut self) {
@@ -435,7 +429,7 @@ impl EventLoop {
                 at = at.min(t);
             }
         };
-        if !self.settles.is_empty() && !self.settle_in_flight {
+        if !self.settles.is_empty() && self.settle_in_flight.is_none() {
             consider(self.settle_since.map(|s| s + self.cfg.settle_delay));
             consider(self.settle_retry_at);
         }
@@ -922,7 +916,7 @@ impl EventLoop {
 
     fn maybe_settle(&mut self, now: Instant) {
         if self.settles.is_empty()
-            || self.settle_in_flight
+            || self.settle_in_flight.is_some()
             || self.settle_retry_at.is_some_and(|t| t > now)
         {
             return;
@@ -938,8 +932,7 @@ impl EventLoop {
         }
         self.settle_retry_at = None;
         self.settle_since = None;
-        self.settle_in_flight = true;
-        self.settle_in_flight_len = self.settles.len();
+        self.settle_in_flight = Some(self.settles.len());
         let batch = std::mem::take(&mut self.settles);
         let queues = std::mem::take(&mut self.settle_queues);
         let broker = self.broker.clone();
@@ -972,7 +965,7 @@ impl EventLoop {
         queues: Vec<Option<usize>>,
         st: &mut WorkerStats,
     ) {
-        self.settle_in_flight = false;
+        self.settle_in_flight = None;
         match result {
             Ok(report) => {
                 st.settle_calls += 1;
