@@ -27,7 +27,7 @@ use hopper::{Error, FetchRequest, JobContext, NewJob, QueueOptions, Result, Sett
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
-use crate::report::{percentile, process_cpu_s};
+use crate::report::{cpu_us_per, percentile, process_cpu_s};
 
 /// Jobs per enqueue call when filling a raw baseline's backlog.
 const ENQUEUE_CHUNK: usize = 1000;
@@ -483,9 +483,7 @@ async fn raw_lapin(
         }
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
-    let cpu = cpu_before
-        .zip(process_cpu_s())
-        .map(|(a, b)| (b - a) * 1e6 / n.max(1) as f64);
+    let cpu = cpu_us_per(cpu_before, process_cpu_s(), n as u64);
     let _ = conn.close(200, "done".into()).await;
     Ok((rate, cpu))
 }

@@ -17,7 +17,7 @@ use hopper::{
 use serde::Serialize;
 use tokio::sync::Notify;
 
-use crate::report::{peak_rss_mib, percentile, process_cpu_s, run_lengths};
+use crate::report::{cpu_us_per, peak_rss_mib, percentile, process_cpu_s, run_lengths};
 
 /// Jobs per enqueue call: one round trip each.
 const ENQUEUE_CHUNK: usize = 1000;
@@ -258,7 +258,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         }
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
-    let cpu_drain_s = cpu_before.zip(process_cpu_s()).map(|(a, b)| b - a);
+    let cpu_after = process_cpu_s();
 
     let mut all_stats = Vec::with_capacity(workers.len());
     for w in workers {
@@ -298,7 +298,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         settle_calls: all_stats.iter().map(|s| s.settle_calls).sum(),
         pool_tasks_started: all_stats.iter().map(|s| s.pool_tasks_started).sum(),
         peak_rss_mib: peak_rss_mib(),
-        cpu_us_per_job: cpu_drain_s.map(|s| s * 1e6 / completed.max(1) as f64),
+        cpu_us_per_job: cpu_us_per(cpu_before, cpu_after, completed),
     };
     if args.json {
         println!(

@@ -43,6 +43,14 @@ pub fn process_cpu_s() -> Option<f64> {
     cpu_s_of_stat(&stat)
 }
 
+/// CPU time per item (µs) between two [`process_cpu_s`] readings, over `items`; `None`
+/// where the system reports no CPU time.
+pub fn cpu_us_per(before: Option<f64>, after: Option<f64>, items: u64) -> Option<f64> {
+    before
+        .zip(after)
+        .map(|(a, b)| (b - a) * 1e6 / items.max(1) as f64)
+}
+
 /// `utime + stime` of a `/proc/PID/stat` line, in seconds. The command name (field 2) may
 /// hold spaces and parentheses, so fields are counted from the last `)`.
 fn cpu_s_of_stat(stat: &str) -> Option<f64> {
