@@ -503,11 +503,6 @@ mod tests {
     use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
     use lapin::{BasicProperties, Connection, ConnectionProperties};
 
-    fn url() -> String {
-        std::env::var("HOPPER_TEST_AMQP_URL")
-            .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
-    }
-
     async fn publish(ch: &Channel, queue: &str, i: u32) {
         ch.basic_publish(
             "".into(),
@@ -528,9 +523,12 @@ mod tests {
     /// order; a take that ended because nothing more had arrived still wakes for the next.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn deliveries_that_arrived_together_are_taken_together() {
-        let conn = Connection::connect(&url(), ConnectionProperties::default())
-            .await
-            .expect("RabbitMQ at HOPPER_TEST_AMQP_URL or 127.0.0.1:5672");
+        let conn = Connection::connect(
+            &hopper_testkit::helpers::amqp_url(),
+            ConnectionProperties::default(),
+        )
+        .await
+        .expect("RabbitMQ at HOPPER_TEST_AMQP_URL or 127.0.0.1:5672");
         let ch = conn.create_channel().await.unwrap();
         // Server-named and exclusive: this test's own, gone with its connection.
         let queue = ch

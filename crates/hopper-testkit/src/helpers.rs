@@ -9,6 +9,12 @@ use hopper_core::{Broker, FetchRequest, Fetched, Job, JobId, NewJob, Outcome, Se
 /// The lease every case asks for unless it tests leases.
 pub const TTL: Duration = Duration::from_secs(30);
 
+/// The RabbitMQ server the tests use: `HOPPER_TEST_AMQP_URL`, else the local one.
+pub fn amqp_url() -> String {
+    std::env::var("HOPPER_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+}
+
 /// Prints the line that marks a skipped case; a case never skips silently.
 pub fn skip(case: &str, reason: &str) {
     eprintln!("skipped: {case}: {reason}");

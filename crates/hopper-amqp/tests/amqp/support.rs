@@ -12,8 +12,7 @@ use hopper_testkit::unique_name;
 
 /// The server the tests use.
 pub fn url() -> String {
-    std::env::var("HOPPER_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+    hopper_testkit::helpers::amqp_url()
 }
 
 /// Deletes its queues when dropped, on a thread and runtime of its own (the test's
