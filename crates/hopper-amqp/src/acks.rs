@@ -11,7 +11,6 @@
 //! ([`AmqpOptions::ack_hold`](crate::AmqpOptions::ack_hold)), which also bounds how many
 //! finished jobs run again if the connection drops meanwhile.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 /// How many held acks a subscription without a window (no `basic.qos`) keeps at most.
@@ -28,7 +27,9 @@ pub(crate) fn hold_limit(window: Option<u16>) -> usize {
 pub(crate) struct HeldAcks {
     /// The longest an ack is held before it goes on its own.
     hold: Duration,
-    tags: BTreeSet<u64>,
+    /// In no order: a settlement batch hands over its acks as its handlers finished, and
+    /// sorting them is left to the rare batch that sends them one by one.
+    tags: Vec<u64>,
     /// When the oldest held ack was first held.
     since: Option<Instant>,
 }
@@ -91,13 +92,22 @@ impl HeldAcks {
         flush: bool,
     ) -> AckFrames {
         self.tags.extend(acked);
-        let above = self.tags.split_off(&low);
-        let multiple = self.tags.last().copied();
-        self.tags = above;
+        let mut multiple = None;
+        self.tags.retain(|&tag| {
+            let below = tag < low;
+            if below {
+                multiple = multiple.max(Some(tag));
+            }
+            !below
+        });
         let expired = self.since.is_some_and(|t| now >= t + self.hold);
         let full = self.tags.len() >= limit.max(1);
         let singles = if flush || expired || full || self.hold.is_zero() {
-            std::mem::take(&mut self.tags).into_iter().collect()
+            let mut singles = std::mem::take(&mut self.tags);
+            singles.sort_unstable();
+            // A tag acknowledged twice would close the channel.
+            singles.dedup();
+            singles
         } else {
             Vec::new()
         };
@@ -163,6 +173,16 @@ mod tests {
         assert_eq!(f.singles, vec![2, 3, 5]);
         assert_eq!(h.len(), 0);
         assert_eq!(h.due(), None);
+    }
+
+    #[test]
+    fn held_acks_go_out_in_tag_order_and_once_each() {
+        let mut h = HeldAcks::new(HOLD);
+        let t0 = Instant::now();
+        assert!(plan(&mut h, &[9, 4, 7], 2, 5, t0).is_empty());
+        let f = plan(&mut h, &[4, 6], 2, 5, t0);
+        assert_eq!(f.singles, vec![4, 6, 7, 9]);
+        assert_eq!(h.len(), 0);
     }
 
     #[test]

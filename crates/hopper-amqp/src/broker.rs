@@ -405,7 +405,7 @@ impl AmqpBroker {
             let st = sub.state();
             for (s, tag) in items {
                 let (gen_of, _) = wire::split_id(s.job);
-                let Some(held) = st.unsettled.get(&tag).filter(|_| gen_of == generation) else {
+                let Some(held) = st.unsettled.get(tag).filter(|_| gen_of == generation) else {
                     report.fenced.push(s.job);
                     continue;
                 };
@@ -491,10 +491,10 @@ impl AmqpBroker {
             let mut st = sub.state();
             let same_channel = st.generation == generation;
             for (_, tag) in releases.iter().filter(|_| same_channel) {
-                st.unsettled.remove(tag);
+                st.unsettled.remove(*tag);
             }
             for (_, tag, _) in rejects.iter().filter(|_| same_channel) {
-                st.unsettled.remove(tag);
+                st.unsettled.remove(*tag);
             }
         }
         let nacks = releases.iter().map(|(_, tag)| {
@@ -569,7 +569,7 @@ impl AmqpBroker {
                     Err(e) if dead && !retry_later => {
                         tracing::error!(queue = %sub.queue, job = %id, error = %e,
                             "dead-letter copy refused; rejecting the message instead");
-                        sub.state().unsettled.remove(&tag);
+                        sub.state().unsettled.remove(tag);
                         match channel
                             .basic_reject(tag, BasicRejectOptions { requeue: false })
                             .await

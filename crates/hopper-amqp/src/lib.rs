@@ -29,6 +29,7 @@ mod conn;
 pub mod options;
 mod subscription;
 pub mod topology;
+mod unsettled;
 pub mod wire;
 
 pub use broker::AmqpBroker;

@@ -8,7 +8,7 @@
 //! lost, or the subscription closed) is fenced: the server has already put that delivery
 //! back, and its tag means nothing on the next channel.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -25,17 +25,11 @@ use crate::acks::{AckFrames, HeldAcks, hold_limit};
 use crate::conn::{SharedLink, amqp_err, is_not_found};
 use crate::options::QueueKind;
 use crate::topology::Topology;
+use crate::unsettled::{Held, Unsettled};
 use crate::wire;
 
 /// Channel generations of this process; 0 is never used, so it can mean "none".
 static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// A delivery this process holds unsettled: what a retry or dead-letter copy needs.
-#[derive(Debug)]
-pub(crate) struct Held {
-    pub(crate) job: Job,
-    pub(crate) message_id: Option<String>,
-}
 
 #[derive(Debug, Default)]
 pub(crate) struct SubState {
@@ -46,7 +40,7 @@ pub(crate) struct SubState {
     /// Deliveries not taken by a fetch yet.
     pub(crate) buffer: VecDeque<Job>,
     /// Every delivery of the open channel not settled yet, buffered or taken, by tag.
-    pub(crate) unsettled: BTreeMap<u64, Held>,
+    pub(crate) unsettled: Unsettled,
     /// The window the consumer runs under (`None`: no `basic.qos`).
     pub(crate) window: Option<u16>,
     /// Acks of the open channel settled here and not sent yet (see [`crate::acks`]).
@@ -59,10 +53,10 @@ impl SubState {
     /// Removes `acked` from the unsettled deliveries and says which ack frames to send now
     /// (every held one when `flush`); the rest stay held.
     pub(crate) fn plan_acks(&mut self, acked: &[u64], flush: bool) -> AckFrames {
-        for tag in acked {
+        for &tag in acked {
             self.unsettled.remove(tag);
         }
-        let low = self.unsettled.keys().next().copied().unwrap_or(u64::MAX);
+        let low = self.unsettled.lowest().unwrap_or(u64::MAX);
         let limit = hold_limit(self.window);
         self.held_acks
             .plan(acked.iter().copied(), low, limit, Instant::now(), flush)

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use hopper_core::{Broker, FetchRequest, Fetched, Job, JobId, NewJob, Outcome, Settlement};
+use hopper_core::{
+    Broker, FetchRequest, Fetched, Job, JobId, LeaseId, NewJob, Outcome, Settlement,
+};
 
 /// The lease every case asks for unless it tests leases.
 pub const TTL: Duration = Duration::from_secs(30);
@@ -23,6 +25,23 @@ pub fn skip(case: &str, reason: &str) {
 /// A wall-clock time `secs` seconds before now: a `run_at` that is already due.
 pub fn past(secs: u64) -> SystemTime {
     SystemTime::now() - Duration::from_secs(secs)
+}
+
+/// A job as a broker hands it out, for tests that make their own: `id` on queue `q`,
+/// first attempt of 25, no headers, every time 0, under lease 1.
+pub fn job(id: i64, payload: Vec<u8>) -> Job {
+    Job {
+        id: JobId(id),
+        queue: "q".into(),
+        payload,
+        priority: 0,
+        run_at: 0,
+        attempt: 1,
+        max_attempts: 25,
+        headers: Default::default(),
+        created_at: 0,
+        lease: LeaseId(1),
+    }
 }
 
 /// `n` jobs on `queue` whose payload is their index as JSON.

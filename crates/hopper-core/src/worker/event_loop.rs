@@ -503,12 +503,8 @@ impl EventLoop {
         if self.next_poll.is_none() && self.queues.iter().any(|q| q.drained) {
             self.next_poll = Some(now + self.cfg.poll_interval);
         }
-        st.running = self
-            .tasks
-            .iter()
-            .flatten()
-            .filter(|t| t.work.is_some())
-            .count();
+        // Every live task is idle or working.
+        st.running = self.live - self.idle.len();
         st.buffered = self
             .queues
             .iter()
@@ -673,16 +669,17 @@ impl EventLoop {
                 };
                 let (work, record, k) = work;
                 push_size(&mut st.handoff_sizes, k);
+                st.handoffs += 1;
                 if self.pushed {
                     // Pushed deliveries have no fetch: what a handler gets at once is one.
-                    let calls = match &work {
-                        Work::Batch { .. } => vec![k],
-                        Work::Jobs(_) => vec![1; k],
+                    let (calls, size) = match &work {
+                        Work::Batch { .. } => (1, k),
+                        Work::Jobs(_) => (k, 1),
                     };
-                    st.fetches += calls.len() as u64;
+                    st.fetches += calls as u64;
                     st.fetched_jobs += k as u64;
-                    for n in calls {
-                        push_size(&mut st.batch_sizes, n);
+                    for _ in 0..calls {
+                        push_size(&mut st.batch_sizes, size);
                     }
                 }
                 let q = &mut self.queues[qi];
@@ -853,7 +850,8 @@ impl EventLoop {
         }
         self.fetch_retry_at = None;
         let hold = self.top_up_hold();
-        let mut asked: Vec<(usize, usize)> = Vec::with_capacity(self.queues.len());
+        // Allocated only once a queue asks: most passes ask for nothing.
+        let mut asked: Vec<(usize, usize)> = Vec::new();
         for i in 0..self.queues.len() {
             let want = self.fetch_want(&self.queues[i]);
             let top_up = want > 0 && self.top_up(&self.queues[i], want);

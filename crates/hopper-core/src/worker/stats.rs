@@ -21,6 +21,9 @@ pub struct WorkerStats {
     pub batch_sizes: Vec<u32>,
     /// Jobs in each hand-off to a pool task, in order (the first [`SIZES_KEPT`]).
     pub handoff_sizes: Vec<u32>,
+    /// Hand-offs to pool tasks made: each wakes a task, so jobs per hand-off says how
+    /// many jobs share that cost.
+    pub handoffs: u64,
     /// Jobs whose handler is running now.
     pub running: usize,
     /// Jobs fetched and not yet started (in the buffer or waiting in a hand-off).

@@ -52,6 +52,7 @@ async fn a_timed_worker_splits_eight_cheap_jobs_four_two_one_one() {
         "untimed: one job per hand-off"
     );
     assert_eq!(&stats.handoff_sizes[2..], &[4, 2, 1, 1]);
+    assert_eq!(stats.handoffs, 6, "every hand-off counted");
 }
 
 #[tokio::test(start_paused = true)]

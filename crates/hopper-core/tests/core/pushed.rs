@@ -54,18 +54,10 @@ impl Pushing {
                 break;
             };
             st.outstanding += 1;
-            st.buffer.push_back(Job {
-                id: JobId(i as i64),
-                queue: "q".into(),
-                payload: i.to_string().into_bytes(),
-                priority: 0,
-                run_at: 0,
-                attempt: 1,
-                max_attempts: 25,
-                headers: Default::default(),
-                created_at: 0,
-                lease: LeaseId(1),
-            });
+            st.buffer.push_back(hopper_testkit::helpers::job(
+                i as i64,
+                i.to_string().into_bytes(),
+            ));
             pushed = true;
         }
         if pushed {
