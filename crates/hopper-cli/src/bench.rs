@@ -62,6 +62,9 @@ pub struct BenchArgs {
     /// Multiplies every job count (0.1 for a quick look; figures need the default).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
+    /// Interleaved rounds of the memory and RabbitMQ rows, whose medians are kept.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    rounds: u16,
     /// Print one JSON array instead of a table.
     #[arg(long)]
     json: bool,
@@ -115,6 +118,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
     }
     let wants = |w: &str| args.only.iter().any(|o| o == w);
     let n = |jobs: usize| ((jobs as f64 * args.scale) as usize).max(1000);
+    let rounds = usize::from(args.rounds);
     let dir = std::env::temp_dir().join(format!("hopper-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::broker_msg(format!("{}: {e}", dir.display())))?;
@@ -133,7 +137,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         // of its neighbours, and the mpsc loop moves by a third from one run to the next.
         let mut raw = Vec::new();
         let mut hopper: Vec<Vec<Row>> = workloads.iter().map(|_| Vec::new()).collect();
-        for _ in 0..MEMORY_ROUNDS {
+        for _ in 0..rounds {
             raw.push(raw_mpsc(jobs).await);
             for ((max_batch, workload), runs) in workloads.iter().zip(&mut hopper) {
                 let (row, _) =
@@ -146,8 +150,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
             let mut row = median_row(runs);
             row.raw_per_s = Some(raw);
             row.note = format!(
-                "median of {MEMORY_ROUNDS} interleaved rounds; raw: tokio mpsc, 1 producer 1 \
-                 consumer"
+                "median of {rounds} interleaved rounds; raw: tokio mpsc, 1 producer 1 consumer"
             );
             rows.push(finish(row));
         }
@@ -182,9 +185,17 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         }
     }
     if wants("amqp") {
-        let jobs = n(20_000);
-        for window in [1u16, 10, 100, 1000] {
-            rows.push(amqp_row(&args.amqp, jobs, window).await?);
+        // Each drain lasts seconds, so it spans the server's fast and slow modes rather
+        // than falling in one. At windows 100 and 1000 the raw rounds of 20,000 messages
+        // (drains of about half a second) ran at 28–85k msgs/s, four of 22 above 63k;
+        // those of 100,000 (about three seconds) at 31–43k, 14 rounds (1 December).
+        for (window, jobs) in [
+            (1u16, 20_000),
+            (10, 50_000),
+            (100, 100_000),
+            (1000, 100_000),
+        ] {
+            rows.push(amqp_row(&args.amqp, n(jobs), window, rounds).await?);
         }
     }
     if wants("latency") {
@@ -313,7 +324,7 @@ async fn raw_broker_loop(url: &str, jobs: usize, batch: usize) -> Result<f64> {
 /// server then delivers by half or more (on 1 December a raw consumer drained 20,000 at
 /// 48–65k msgs/s right after `hopper load`'s own enqueue, and at 122k right after this
 /// bench's fill as it was then, with payloads `[index, 0]`).
-async fn amqp_row(url: &str, jobs: usize, window: u16) -> Result<Row> {
+async fn amqp_row(url: &str, jobs: usize, window: u16, rounds: usize) -> Result<Row> {
     let queue = format!("hopper_bench_{}_{window}", std::process::id());
     let declared = with_declare(url);
     let admin = hopper::connect(&declared).await?;
@@ -322,7 +333,7 @@ async fn amqp_row(url: &str, jobs: usize, window: u16) -> Result<Row> {
     // cores, and one run of either moves by about a third from one run to the next.
     let (mut each, mut grouped, mut hopper) = (Vec::new(), Vec::new(), Vec::new());
     let mut raw_cpu = Vec::new();
-    for _ in 0..AMQP_ROUNDS {
+    for _ in 0..rounds {
         for (rates, ack_grouped) in [(&mut each, false), (&mut grouped, true)] {
             fill(&admin, &queue, jobs).await?;
             let (rate, cpu) = raw_lapin(url, &queue, jobs, window, ack_grouped).await?;
@@ -360,7 +371,7 @@ async fn amqp_row(url: &str, jobs: usize, window: u16) -> Result<Row> {
     let (each, grouped) = (median(&mut each), median(&mut grouped));
     row.raw_per_s = Some(grouped);
     row.note = format!(
-        "medians of {AMQP_ROUNDS} interleaved rounds, ratios the median of each round's; \
+        "medians of {rounds} interleaved rounds, ratios the median of each round's; \
          raw: lapin, grouped acks; acking each {each:.0}/s (Hopper/that {paired_each:.2}){cpu}"
     );
     row.ratio = Some(paired);
@@ -381,12 +392,6 @@ fn paired_ratio(hopper: &[Row], raw: &[f64]) -> f64 {
         .collect();
     median(&mut ratios)
 }
-
-/// Rounds of each RabbitMQ measurement (see [`amqp_row`]).
-const AMQP_ROUNDS: usize = 5;
-
-/// Rounds of the memory rows: each takes about a second.
-const MEMORY_ROUNDS: usize = 5;
 
 /// The middle value of `rates`.
 fn median(rates: &mut [f64]) -> f64 {

@@ -17,7 +17,9 @@ use hopper::{
 use serde::Serialize;
 use tokio::sync::Notify;
 
-use crate::report::{cpu_us_per, peak_rss_mib, percentile, process_cpu_s, run_lengths};
+use crate::report::{
+    context_switches, cpu_us_per, peak_rss_mib, percentile, process_cpu_s, run_lengths,
+};
 
 /// Jobs per enqueue call: one round trip each.
 const ENQUEUE_CHUNK: usize = 1000;
@@ -93,8 +95,12 @@ struct Report {
     settle_calls: u64,
     /// Pool tasks spawned, over every worker.
     pool_tasks_started: u64,
+    /// Jobs per hand-off to a pool task, over every worker.
+    jobs_per_handoff: f64,
     /// The peak RSS of this process, backlog included for the memory broker.
     peak_rss_mib: Option<f64>,
+    /// Context switches of this process's threads per job during the drain.
+    switches_per_job: Option<f64>,
     /// CPU time this process spent per job during the drain, every thread (an in-process
     /// broker's own work included), in microseconds. Steadier than the rate when the
     /// machine is shared: it does not count time spent waiting on a server.
@@ -230,6 +236,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
 
     let mut workers = Vec::with_capacity(args.workers);
     let cpu_before = process_cpu_s();
+    let switches_before = context_switches();
     let drain_started = Instant::now();
     for worker in builders {
         workers.push(worker.start()?);
@@ -259,6 +266,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
     let cpu_after = process_cpu_s();
+    let switches_after = context_switches();
 
     let mut all_stats = Vec::with_capacity(workers.len());
     for w in workers {
@@ -297,8 +305,13 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         },
         settle_calls: all_stats.iter().map(|s| s.settle_calls).sum(),
         pool_tasks_started: all_stats.iter().map(|s| s.pool_tasks_started).sum(),
+        jobs_per_handoff: fetched as f64
+            / all_stats.iter().map(|s| s.handoffs).sum::<u64>().max(1) as f64,
         peak_rss_mib: peak_rss_mib(),
         cpu_us_per_job: cpu_us_per(cpu_before, cpu_after, completed),
+        switches_per_job: switches_before
+            .zip(switches_after)
+            .map(|(a, b)| b.saturating_sub(a) as f64 / completed.max(1) as f64),
     };
     if args.json {
         println!(
@@ -413,12 +426,18 @@ fn print_table(r: &Report) {
     if let Some(cpu) = r.cpu_us_per_job {
         println!("cpu             {cpu:.2} µs per job (this process, drain only)");
     }
+    if let Some(switches) = r.switches_per_job {
+        println!("switches        {switches:.2} per job (context switches, drain only)");
+    }
     println!(
         "fetches         {} ({:.1} jobs per fetch)",
         r.fetches, r.jobs_per_fetch
     );
     println!("settlements     {} round trips", r.settle_calls);
-    println!("pool tasks      {} started", r.pool_tasks_started);
+    println!(
+        "pool tasks      {} started ({:.1} jobs per hand-off)",
+        r.pool_tasks_started, r.jobs_per_handoff
+    );
     println!(
         "latency         p50 {:.2} ms, p99 {:.2} ms (enqueue to start)",
         r.latency_ms.p50, r.latency_ms.p99

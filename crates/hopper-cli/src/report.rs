@@ -43,6 +43,22 @@ pub fn process_cpu_s() -> Option<f64> {
     cpu_s_of_stat(&stat)
 }
 
+/// Context switches of this process's live threads so far, voluntary and not
+/// (`/proc/self/task/*/status`), where the system reports them. Threads that ended are
+/// not counted, so read it while the threads of interest run.
+pub fn context_switches() -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let status = std::fs::read_to_string(task.ok()?.path().join("status")).ok()?;
+        total += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Some(total)
+}
+
 /// CPU time per item (µs) between two [`process_cpu_s`] readings, over `items`; `None`
 /// where the system reports no CPU time.
 pub fn cpu_us_per(before: Option<f64>, after: Option<f64>, items: u64) -> Option<f64> {
@@ -72,6 +88,18 @@ mod tests {
             "1 1 2 2 16 ×3 10"
         );
         assert_eq!(run_lengths(&[]), "");
+    }
+
+    #[test]
+    fn a_thread_that_sleeps_is_switched_out() {
+        let Some(before) = context_switches() else {
+            return; // no /proc here
+        };
+        for _ in 0..3 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let after = context_switches().expect("read once");
+        assert!(after >= before + 3, "{before} then {after}");
     }
 
     #[test]
