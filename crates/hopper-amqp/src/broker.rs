@@ -569,7 +569,14 @@ impl AmqpBroker {
                     Err(e) if dead && !retry_later => {
                         tracing::error!(queue = %sub.queue, job = %id, error = %e,
                             "dead-letter copy refused; rejecting the message instead");
-                        sub.state().unsettled.remove(tag);
+                        // Only on the channel the batch was read against: after a
+                        // reconnect the same tag names the new channel's delivery.
+                        {
+                            let mut st = sub.state();
+                            if st.generation == generation {
+                                st.unsettled.remove(tag);
+                            }
+                        }
                         match channel
                             .basic_reject(tag, BasicRejectOptions { requeue: false })
                             .await

@@ -325,7 +325,19 @@ async fn rewindow(
             sub.push(d, generation, wake);
         }
     };
-    let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+    // Deliveries the cancelled consumer still held and this never read would stay
+    // unsettled on the channel without being known here, so a later `multiple` ack could
+    // cover them: rather than that, the channel is closed (the caller reopens it) and the
+    // server puts them back.
+    if tokio::time::timeout(Duration::from_secs(5), drain)
+        .await
+        .is_err()
+    {
+        return Err(hopper_core::Error::broker_msg(format!(
+            "queue {}: the consumer did not end within 5 s of its basic.cancel",
+            sub.queue
+        )));
+    }
     channel
         .basic_qos(window.unwrap_or(0), BasicQosOptions::default())
         .await

@@ -1,9 +1,13 @@
 //! The deliveries of one channel that this process holds unsettled, by delivery tag.
 //!
-//! The server numbers a channel's deliveries 1, 2, 3, …, so they are kept in a ring indexed
-//! by tag: taking in the next delivery and settling any one cost O(1) and move nothing, and
-//! the lowest tag still unsettled (which bounds a `multiple` ack) is the ring's front. A
-//! `BTreeMap` moved up to a node's worth of deliveries on each removal.
+//! The server numbers a channel's deliveries 1, 2, 3, …, so they arrive in tag order and
+//! are kept in a queue in that order: the next delivery goes at the back, the lowest tag
+//! still unsettled (which bounds a `multiple` ack) is the front, and a tag is found at its
+//! offset from the front, or by binary search once settled ones have been compacted away.
+//! A settled delivery leaves an empty slot until the front passes it; when empty slots
+//! outnumber the deliveries held (one long job at the front, thousands settled behind
+//! it), they are compacted away, so the queue never holds more than about twice what is
+//! unsettled. A `BTreeMap` moved up to a node's worth of deliveries on each removal.
 
 use std::collections::VecDeque;
 
@@ -16,14 +20,15 @@ pub(crate) struct Held {
     pub(crate) message_id: Option<String>,
 }
 
+/// Empty slots kept before a compaction is worth its pass, beyond the deliveries held.
+const SLACK: usize = 64;
+
 /// See the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct Unsettled {
-    /// The tag of `slots[0]`; meaningless while `slots` is empty.
-    base: u64,
-    /// One slot per tag from `base` on: `None` for a tag settled, or never delivered here.
-    /// Never starts or ends with `None`.
-    slots: VecDeque<Option<Held>>,
+    /// By ascending tag; `None` for a delivery settled. Never starts or ends with `None`.
+    slots: VecDeque<(u64, Option<Held>)>,
+    /// Deliveries held (slots that are `Some`).
     len: usize,
 }
 
@@ -35,52 +40,69 @@ impl Unsettled {
 
     /// The lowest tag held.
     pub(crate) fn lowest(&self) -> Option<u64> {
-        (!self.slots.is_empty()).then_some(self.base)
+        self.slots.front().map(|&(tag, _)| tag)
+    }
+
+    /// Where `tag`'s slot is, or would go.
+    fn position(&self, tag: u64) -> Result<usize, usize> {
+        // Nothing compacted away since the front: the tag's offset is its index.
+        if let Some(&(front, _)) = self.slots.front() {
+            if let Some(i) = tag.checked_sub(front).and_then(|d| usize::try_from(d).ok()) {
+                if self.slots.get(i).is_some_and(|&(t, _)| t == tag) {
+                    return Ok(i);
+                }
+            }
+        }
+        self.slots.binary_search_by_key(&tag, |&(t, _)| t)
     }
 
     /// Holds `held` under `tag`; one already held under that tag is replaced. Tags arrive in
-    /// ascending order on a channel; one below the lowest held, or past a gap, is still kept.
+    /// ascending order on a channel; one out of order is still kept in its place.
     pub(crate) fn insert(&mut self, tag: u64, held: Held) {
-        if self.slots.is_empty() {
-            self.base = tag;
-        }
-        if tag < self.base {
-            for _ in tag..self.base {
-                self.slots.push_front(None);
-            }
-            self.base = tag;
-        }
-        let index = (tag - self.base) as usize;
-        while self.slots.len() <= index {
-            self.slots.push_back(None);
-        }
-        if self.slots[index].replace(held).is_none() {
+        if self.slots.back().is_none_or(|&(last, _)| last < tag) {
+            self.slots.push_back((tag, Some(held)));
             self.len += 1;
+            return;
+        }
+        match self.position(tag) {
+            Ok(i) => {
+                if self.slots[i].1.replace(held).is_none() {
+                    self.len += 1;
+                }
+            }
+            Err(i) => {
+                self.slots.insert(i, (tag, Some(held)));
+                self.len += 1;
+            }
         }
     }
 
     pub(crate) fn get(&self, tag: u64) -> Option<&Held> {
-        let index = usize::try_from(tag.checked_sub(self.base)?).ok()?;
-        self.slots.get(index)?.as_ref()
+        self.slots[self.position(tag).ok()?].1.as_ref()
     }
 
     /// Settles `tag`: its delivery, if held.
     pub(crate) fn remove(&mut self, tag: u64) -> Option<Held> {
-        let index = usize::try_from(tag.checked_sub(self.base)?).ok()?;
-        let held = self.slots.get_mut(index)?.take()?;
+        let i = self.position(tag).ok()?;
+        let held = self.slots[i].1.take()?;
         self.len -= 1;
-        while let Some(None) = self.slots.front() {
+        while self.slots.front().is_some_and(|(_, h)| h.is_none()) {
             self.slots.pop_front();
-            self.base += 1;
         }
-        while let Some(None) = self.slots.back() {
+        while self.slots.back().is_some_and(|(_, h)| h.is_none()) {
             self.slots.pop_back();
+        }
+        if self.slots.len() > 2 * self.len + SLACK {
+            self.slots.retain(|(_, h)| h.is_some());
+            if self.slots.capacity() > 4 * self.slots.len() + SLACK {
+                self.slots.shrink_to(2 * self.slots.len() + SLACK);
+            }
         }
         Some(held)
     }
 
     pub(crate) fn clear(&mut self) {
-        self.slots.clear();
+        self.slots = VecDeque::new();
         self.len = 0;
     }
 }
@@ -100,9 +122,10 @@ mod tests {
     }
 
     fn tags(u: &Unsettled) -> Vec<u64> {
-        (0..u.slots.len() as u64)
-            .map(|i| u.base + i)
-            .filter(|&t| u.get(t).is_some())
+        u.slots
+            .iter()
+            .filter(|(_, h)| h.is_some())
+            .map(|&(t, _)| t)
             .collect()
     }
 
@@ -144,8 +167,36 @@ mod tests {
         assert_eq!(u.len(), 3, "a tag held again replaces the first");
         assert_eq!(u.get(10).map(|h| h.job.priority), Some(100));
         u.remove(13);
-        assert_eq!(u.slots.len(), 3, "no empty slot kept past the highest tag");
+        assert_eq!(u.slots.len(), 2, "no empty slot kept past the highest tag");
         u.clear();
         assert_eq!((u.len(), u.lowest()), (0, None));
+    }
+
+    #[test]
+    fn a_long_delivery_at_the_front_does_not_pin_the_ones_settled_behind_it() {
+        let mut u = Unsettled::default();
+        let mut most = 0;
+        // Tag 1 runs throughout while 100,000 more come and settle, 100 in flight at once.
+        u.insert(1, held(1));
+        for tag in 2..=100_001u64 {
+            u.insert(tag, held(tag));
+            if tag > 101 {
+                assert_eq!(
+                    u.remove(tag - 100).map(|h| h.job.priority),
+                    Some((tag - 100) as i32)
+                );
+            }
+            most = most.max(u.slots.len());
+        }
+        assert_eq!(u.len(), 101);
+        assert!(most <= 2 * 101 + SLACK + 1, "{most} slots at most");
+        assert_eq!(u.lowest(), Some(1));
+        for tag in 99_902..=100_001u64 {
+            assert_eq!(u.get(tag).map(|h| h.job.priority), Some(tag as i32));
+        }
+        assert!(u.get(50_000).is_none() && u.remove(50_000).is_none());
+        u.remove(1);
+        assert_eq!(u.lowest(), Some(99_902));
+        assert_eq!(tags(&u), (99_902..=100_001).collect::<Vec<_>>());
     }
 }
