@@ -602,7 +602,7 @@ impl AmqpBroker {
             (st.generation == generation).then(|| st.plan_acks(&tags, false))
         };
         match frames {
-            Some(frames) if send_acks(&channel, &frames).await.is_ok() => {
+            Some(frames) if send_acks(&channel, &frames).is_ok() => {
                 report.applied += acks.len();
             }
             _ => report.fenced.extend(acks.iter().map(|&(id, _)| id)),

@@ -187,7 +187,9 @@ pub struct Capabilities {
     /// Deliveries are pushed by the server under a window (RabbitMQ's `basic.qos`): a
     /// worker opens a [subscription](Broker::subscribe) per queue and a fetch takes what has
     /// already arrived, without a round trip. A short fetch is then no sign that the queue
-    /// ran dry, only that the next deliveries are still on their way.
+    /// ran dry, only that the next deliveries are still on their way. The worker polls such
+    /// a broker's [`settle`](Broker::settle) once on its event loop before it hands the rest
+    /// to a task of its own, so a settlement that only queues frames completes there.
     pub pushed: bool,
 }
 

@@ -936,8 +936,11 @@ impl EventLoop {
         let broker = self.broker.clone();
         let sent = batch.clone();
         let mut settle = Box::pin(async move { broker.settle(sent).await });
-        if self.in_process {
-            // As with fetches: an in-process settlement completes on its first poll.
+        if self.in_process || self.pushed {
+            // As with fetches, an in-process settlement completes on its first poll; so
+            // does a pushed broker's acknowledgement, which only queues its frames. Taking
+            // the result here spares a task and a wake-up of the loop per settlement, and at
+            // a small window the server waits on each of them.
             let mut cx = Context::from_waker(Waker::noop());
             if let Poll::Ready(result) = settle.as_mut().poll(&mut cx) {
                 self.settled_now = Some((result, batch, queues));
