@@ -182,6 +182,9 @@ impl AmqpBroker {
     }
 
     /// Closes every subscription (the server requeues what they held) and the connection.
+    /// [`settle`](Broker::settle) returns once its acknowledgements are queued on the
+    /// connection, not written; closing waits for the server's answer to each close, which
+    /// comes after every frame queued before it, so call this before the process exits.
     pub async fn close(&self) {
         let subs: Vec<_> = self.inner.subs_map().drain().map(|(_, s)| s).collect();
         for sub in subs {

@@ -189,7 +189,8 @@ pub struct Capabilities {
     /// already arrived, without a round trip. A short fetch is then no sign that the queue
     /// ran dry, only that the next deliveries are still on their way. The worker polls such
     /// a broker's [`settle`](Broker::settle) once on its event loop before it hands the rest
-    /// to a task of its own, so a settlement that only queues frames completes there.
+    /// to a task of its own, so a settlement that only queues frames completes there; the
+    /// part before its first `Pending` must not block.
     pub pushed: bool,
 }
 
