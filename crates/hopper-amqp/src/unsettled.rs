@@ -45,7 +45,7 @@ impl Unsettled {
 
     /// Where `tag`'s slot is, or would go.
     fn position(&self, tag: u64) -> Result<usize, usize> {
-        // Nothing compacted away since the front: the tag's offset is its index.
+        // No gap between the front and the tag: its offset is its index.
         if let Some(&(front, _)) = self.slots.front() {
             if let Some(i) = tag.checked_sub(front).and_then(|d| usize::try_from(d).ok()) {
                 if self.slots.get(i).is_some_and(|&(t, _)| t == tag) {
@@ -94,8 +94,11 @@ impl Unsettled {
         }
         if self.slots.len() > 2 * self.len + SLACK {
             self.slots.retain(|(_, h)| h.is_some());
-            if self.slots.capacity() > 4 * self.slots.len() + SLACK {
-                self.slots.shrink_to(2 * self.slots.len() + SLACK);
+            // Room for the slots that build up to the next compaction (twice the held ones
+            // and the slack), so a steady state neither shrinks nor grows the buffer; only
+            // one left far larger by a past surge is shrunk.
+            if self.slots.capacity() > 8 * self.len + 4 * SLACK {
+                self.slots.shrink_to(4 * self.len + 2 * SLACK);
             }
         }
         Some(held)
@@ -165,6 +168,15 @@ mod tests {
         assert_eq!((u.len(), u.lowest()), (3, Some(8)));
         u.insert(10, held(100));
         assert_eq!(u.len(), 3, "a tag held again replaces the first");
+        u.insert(11, held(11));
+        u.remove(11);
+        u.insert(11, held(111));
+        assert_eq!(
+            u.len(),
+            4,
+            "a settled tag in the middle, held again, counts again"
+        );
+        u.remove(11);
         assert_eq!(u.get(10).map(|h| h.job.priority), Some(100));
         u.remove(13);
         assert_eq!(u.slots.len(), 2, "no empty slot kept past the highest tag");
@@ -190,6 +202,23 @@ mod tests {
         }
         assert_eq!(u.len(), 101);
         assert!(most <= 2 * 101 + SLACK + 1, "{most} slots at most");
+        let capacity = u.slots.capacity();
+        for tag in 100_002..=110_001u64 {
+            u.insert(tag, held(tag));
+            let grown = u.slots.capacity();
+            u.remove(tag - 100);
+            assert_eq!(
+                (grown, u.slots.capacity()),
+                (capacity, capacity),
+                "a steady state neither grows nor shrinks its buffer"
+            );
+        }
+        for tag in 109_902..=110_001u64 {
+            u.remove(tag);
+        }
+        for tag in 99_902..=100_001u64 {
+            u.insert(tag, held(tag));
+        }
         assert_eq!(u.lowest(), Some(1));
         for tag in 99_902..=100_001u64 {
             assert_eq!(u.get(tag).map(|h| h.job.priority), Some(tag as i32));
