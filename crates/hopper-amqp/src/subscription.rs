@@ -256,8 +256,8 @@ impl Subscription {
 /// and another of the settling task before the next can go. Frames go out in the order
 /// they were queued, which is all the grouping needs (see [`crate::acks`]). A frame that is
 /// queued but never written means the channel or the connection was lost, and the server
-/// puts the delivery back: it runs again, as after any lost acknowledgement. So the
-/// "not sent" warnings below cover only a channel already known to be closed.
+/// puts the delivery back: it runs again, as after any lost acknowledgement. So an error
+/// here, and the "held acks not sent" warning, means a channel already known to be closed.
 pub(crate) fn send_acks(channel: &Channel, frames: &AckFrames) -> lapin::Result<()> {
     if frames.is_empty() {
         return Ok(());
