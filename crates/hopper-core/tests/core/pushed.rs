@@ -28,6 +28,12 @@ struct State {
     subscribed: Vec<Option<u32>>,
     unsubscribed: usize,
     fetched_before_subscribe: bool,
+    /// Settlements yield once before they apply, so the worker's first poll of one is
+    /// `Pending` and the rest runs in a task of its own.
+    settle_yields: bool,
+    /// Settlement calls, and the tokio tasks they ran on.
+    settles: u32,
+    settle_tasks: std::collections::HashSet<Option<tokio::task::Id>>,
 }
 
 #[derive(Debug)]
@@ -101,7 +107,13 @@ impl Broker for Pushing {
         })
     }
     async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        let yields = self.state().settle_yields;
+        if yields {
+            tokio::task::yield_now().await;
+        }
         let mut st = self.state();
+        st.settles += 1;
+        st.settle_tasks.insert(tokio::task::try_id());
         st.outstanding -= settlements.len() as u32;
         self.push(&mut st);
         Ok(SettleReport {
@@ -163,6 +175,41 @@ async fn drain(jobs: u64, ms: u64, opts: QueueOptions) -> (Arc<Pushing>, hopper_
     wait_for(&worker, |s| s.completed == jobs).await;
     let stats = worker.shutdown().await;
     (broker, stats)
+}
+
+/// A pushed broker's settlement is taken on the event loop when it completes on its first
+/// poll, and handed to a task when it does not; either way every job is settled once and
+/// the window refills.
+#[tokio::test(start_paused = true)]
+async fn settlements_that_finish_at_once_or_later_both_free_the_window() {
+    for yields in [false, true] {
+        let broker = Pushing::new(200);
+        broker.state().settle_yields = yields;
+        let worker = Worker::builder(broker.clone())
+            .queue(
+                "q",
+                QueueOptions::new()
+                    .concurrency(4)
+                    .prefetch(Prefetch::Fixed(8)),
+                |_job: JobContext<u64>| async { JobResult::Ok(()) },
+            )
+            .start()
+            .unwrap();
+        wait_for(&worker, |s| s.completed == 200).await;
+        let stats = worker.shutdown().await;
+        let st = broker.state();
+        assert_eq!(
+            (st.outstanding, st.backlog.len()),
+            (0, 0),
+            "yields {yields}"
+        );
+        assert_eq!(u64::from(st.settles), stats.settle_calls, "yields {yields}");
+        assert!(st.settles >= 200 / 8, "{} settlements", st.settles);
+        // Taken at once, every settlement ran on the event loop's task; handed on, each on
+        // a task of its own.
+        let tasks = if yields { st.settles as usize } else { 1 };
+        assert_eq!(st.settle_tasks.len(), tasks, "yields {yields}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
