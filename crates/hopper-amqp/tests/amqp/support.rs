@@ -268,8 +268,10 @@ impl FreezingProxy {
 
     /// The test server's URL, through this proxy.
     pub fn url(&self) -> String {
-        let server = server_addr();
-        url().replacen(&server, &format!("127.0.0.1:{}", self.port), 1)
+        let mut uri = server_uri();
+        uri.authority.host = "127.0.0.1".into();
+        uri.authority.port = self.port;
+        uri.to_string()
     }
 
     pub fn freeze(&self) {
@@ -286,16 +288,15 @@ impl Drop for FreezingProxy {
     }
 }
 
-/// `host:port` of the test server's URL.
+/// The test server's URL, parsed as lapin parses it.
+fn server_uri() -> lapin::uri::AMQPUri {
+    url().parse().expect("the test server's URL is an AMQP URI")
+}
+
+/// `host:port` of the test server.
 fn server_addr() -> String {
-    let u = url();
-    let after_at = u.rsplit_once('@').map_or(u.as_str(), |(_, rest)| rest);
-    let host_port = after_at.split('/').next().unwrap_or("127.0.0.1:5672");
-    if host_port.contains(':') {
-        host_port.to_owned()
-    } else {
-        format!("{host_port}:5672")
-    }
+    let uri = server_uri();
+    format!("{}:{}", uri.authority.host, uri.authority.port)
 }
 
 /// Copies `from` to `to` until either closes or the proxy is frozen; frozen, it holds both
