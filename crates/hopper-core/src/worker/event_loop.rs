@@ -120,12 +120,17 @@ struct Task {
 
 struct Stopping {
     deadline: Instant,
-    /// The grace period plus [`STOP_SETTLE_LIMIT`]: the loop stops then, whatever it has
-    /// not been able to settle.
-    give_up_at: Instant,
     /// The grace period is over and the running jobs were released.
     abandoned: bool,
     replies: Vec<oneshot::Sender<()>>,
+}
+
+impl Stopping {
+    /// The grace period plus [`STOP_SETTLE_LIMIT`]: the loop stops then, whatever it has
+    /// not been able to settle.
+    fn give_up_at(&self) -> Instant {
+        self.deadline + STOP_SETTLE_LIMIT
+    }
 }
 
 pub(crate) struct EventLoop {
@@ -383,7 +388,7 @@ impl EventLoop {
     /// Past the grace period and [`STOP_SETTLE_LIMIT`] with settlements still undelivered
     /// (or a fetch still out): the broker is unreachable, and the worker stops without them.
     fn give_up(&self, now: Instant, st: &mut WorkerStats) -> bool {
-        if self.stopping.as_ref().is_none_or(|s| now < s.give_up_at) {
+        if self.stopping.as_ref().is_none_or(|s| now < s.give_up_at()) {
             return false;
         }
         let in_flight = self.settle_in_flight.unwrap_or(0);
@@ -469,7 +474,7 @@ impl EventLoop {
                 .filter(|s| !s.abandoned)
                 .map(|s| s.deadline),
         );
-        consider(self.stopping.as_ref().map(|s| s.give_up_at));
+        consider(self.stopping.as_ref().map(Stopping::give_up_at));
         at
     }
 
@@ -1449,10 +1454,8 @@ impl EventLoop {
                 match self.stopping.as_mut() {
                     Some(s) => s.replies.push(reply),
                     None => {
-                        let deadline = Instant::now() + grace;
                         self.stopping = Some(Stopping {
-                            deadline,
-                            give_up_at: deadline + STOP_SETTLE_LIMIT,
+                            deadline: Instant::now() + grace,
                             abandoned: false,
                             replies: vec![reply],
                         });
