@@ -39,6 +39,8 @@ const WORKLOADS: [&str; 7] = [
 
 /// Samples of the idle latency.
 const LATENCY_SAMPLES: usize = 200;
+/// Samples taken first and not counted: they warm connections and statement caches.
+const LATENCY_WARMUP: usize = 5;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -62,6 +64,11 @@ pub struct BenchArgs {
     /// Multiplies every job count (0.1 for a quick look; figures need the default).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
+    /// The RabbitMQ windows to run, comma-separated. Windows 1 and 10 drain 20,000 and
+    /// 50,000 messages, any other 100,000.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    amqp_windows: Vec<u16>,
     /// Interleaved rounds of the memory and RabbitMQ rows, whose medians are kept.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     rounds: u16,
@@ -189,12 +196,12 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         // than falling in one. At windows 100 and 1000 the raw rounds of 20,000 messages
         // (drains of about half a second) ran at 28–85k msgs/s, four of 22 above 63k;
         // those of 100,000 (about three seconds) at 31–43k, 14 rounds (1 December).
-        for (window, jobs) in [
-            (1u16, 20_000),
-            (10, 50_000),
-            (100, 100_000),
-            (1000, 100_000),
-        ] {
+        for &window in &args.amqp_windows {
+            let jobs = match window {
+                1 => 20_000,
+                10 => 50_000,
+                _ => 100_000,
+            };
             rows.push(amqp_row(&args.amqp, n(jobs), window, rounds).await?);
         }
     }
@@ -203,7 +210,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         let url = format!("sqlite://{}/latency.db", dir.display());
         rows.push(idle_latency(&url, "sqlite").await?);
         let scratch = Scratch::create(&args.postgres).await?;
-        let row = idle_latency(&scratch.url, "postgres").await;
+        let row = pg_idle_latency(&scratch).await;
         scratch.drop().await;
         rows.push(row?);
     }
@@ -606,18 +613,13 @@ async fn idle_latency(url: &str, name: &str) -> Result<Row> {
         )
         .start()?;
     let mut waits = Vec::with_capacity(LATENCY_SAMPLES);
-    // The first few warm connections and statement caches; they are not counted.
-    for i in 0..LATENCY_SAMPLES + 5 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        producer
-            .enqueue(vec![NewJob::json("latency", &(i as u64))?])
-            .await?;
-        let committed = Instant::now();
+    for i in 0..LATENCY_WARMUP + LATENCY_SAMPLES {
+        let committed = enqueue_after_a_gap(&producer, i).await?;
         let started = tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
             .map_err(|_| Error::broker_msg(format!("{name}: an idle worker took over 10 s")))?
             .ok_or_else(|| Error::broker_msg(format!("{name}: the worker stopped")))?;
-        if i >= 5 {
+        if i >= LATENCY_WARMUP {
             waits.push(started.saturating_duration_since(committed).as_secs_f64() * 1000.0);
         }
     }
@@ -631,6 +633,78 @@ async fn idle_latency(url: &str, name: &str) -> Result<Row> {
         note: "one job at a time to an idle worker".into(),
         ..Row::default()
     })
+}
+
+/// Lets the worker fall idle (5 ms), enqueues job `i` on the `latency` queue, and returns
+/// the moment the enqueue returned: its commit.
+async fn enqueue_after_a_gap(
+    producer: &std::sync::Arc<dyn hopper::Broker>,
+    i: usize,
+) -> Result<Instant> {
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    producer
+        .enqueue(vec![NewJob::json("latency", &(i as u64))?])
+        .await?;
+    Ok(Instant::now())
+}
+
+/// PostgreSQL's idle latency, with its floor on this machine beside it: a plain listener on
+/// the broker's wake channel that, on each notification, claims with the broker's own
+/// fetch, from the enqueue's commit to the claim's return. That is every round trip Hopper
+/// makes for the job and none of its runtime. The two run one after the other, raw first.
+async fn pg_idle_latency(scratch: &Scratch) -> Result<Row> {
+    use hopper::Broker;
+    let pg = |what: &'static str| move |e: sqlx::Error| Error::broker(what, e);
+    hopper::migrate(&scratch.url).await?;
+    let producer = hopper::connect(&scratch.url).await?;
+    let broker = hopper::PgBroker::connect(&scratch.url).await?;
+    let mut listener = sqlx::postgres::PgListener::connect(&scratch.server)
+        .await
+        .map_err(pg("connecting a listener"))?;
+    listener
+        .listen(broker.wake_channel())
+        .await
+        .map_err(pg("LISTEN"))?;
+    let (mut waits, mut notified_in) = (Vec::new(), Vec::new());
+    for i in 0..LATENCY_WARMUP + LATENCY_SAMPLES {
+        let committed = enqueue_after_a_gap(&producer, i).await?;
+        tokio::time::timeout(Duration::from_secs(10), listener.recv())
+            .await
+            .map_err(|_| Error::broker_msg("postgres: no notification within 10 s"))?
+            .map_err(pg("receiving a notification"))?;
+        let notified = Instant::now();
+        let fetched = broker
+            .fetch(FetchRequest::one("latency", 1, Duration::from_secs(60)))
+            .await?;
+        let claimed = Instant::now();
+        if fetched.jobs.len() != 1 {
+            return Err(Error::broker_msg(format!(
+                "postgres: the raw listener claimed {} jobs after a notification, not 1",
+                fetched.jobs.len()
+            )));
+        }
+        broker
+            .settle(fetched.jobs.iter().map(Settlement::ack).collect())
+            .await?;
+        if i >= LATENCY_WARMUP {
+            waits.push(claimed.duration_since(committed).as_secs_f64() * 1000.0);
+            notified_in.push(notified.duration_since(committed).as_secs_f64() * 1000.0);
+        }
+    }
+    drop(listener);
+    broker.close().await;
+    waits.sort_by(f64::total_cmp);
+    notified_in.sort_by(f64::total_cmp);
+    let mut row = idle_latency(&scratch.url, "postgres").await?;
+    row.note = format!(
+        "{}; raw (LISTEN, then the broker's own fetch), commit to claimed: p50 {:.3}, p99 \
+         {:.3}, of which to the notification p50 {:.3}",
+        row.note,
+        percentile(&waits, 50.0),
+        percentile(&waits, 99.0),
+        percentile(&notified_in, 50.0)
+    );
+    Ok(row)
 }
 
 /// A schema (PostgreSQL) or database (MySQL) made for one run and dropped after it.

@@ -450,12 +450,9 @@ fn load_prefilled_drains_the_backlog_in_place() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-/// `hopper bench --only memory` reports each memory row as the median of its interleaved
-/// rounds: two rows, each a real drain of the asked size against a real mpsc baseline, the
-/// ratio taken between the two medians.
-#[test]
-fn bench_memory_rows_are_medians_of_rounds() {
-    let out = hopper(&["bench", "--only", "memory", "--scale", "0.001", "--json"]);
+/// `hopper bench --json` with `args`: its rows, once it succeeded.
+fn bench_json(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = hopper(&[&["bench", "--json"], args].concat());
     assert!(
         out.status.success(),
         "hopper bench failed: {}",
@@ -463,12 +460,24 @@ fn bench_memory_rows_are_medians_of_rounds() {
     );
     let rows: Vec<serde_json::Value> =
         serde_json::from_slice(&out.stdout).expect("--json prints one JSON array");
-    let names: Vec<&str> = rows
-        .iter()
+    rows
+}
+
+/// The workload of each row, in order.
+fn workloads(rows: &[serde_json::Value]) -> Vec<&str> {
+    rows.iter()
         .map(|r| r["workload"].as_str().unwrap())
-        .collect();
+        .collect()
+}
+
+/// `hopper bench --only memory` reports each memory row as the median of its interleaved
+/// rounds: two rows, each a real drain of the asked size against a real mpsc baseline, the
+/// ratio taken between the two medians.
+#[test]
+fn bench_memory_rows_are_medians_of_rounds() {
+    let rows = bench_json(&["--only", "memory", "--scale", "0.001"]);
     assert_eq!(
-        names,
+        workloads(&rows),
         ["memory drain, c=8", "memory drain, c=8, max_batch 256"]
     );
     for r in &rows {
@@ -496,4 +505,79 @@ fn bench_memory_rows_are_medians_of_rounds() {
             "{r}"
         );
     }
+}
+
+/// `hopper bench --only amqp --amqp-windows 10` runs that one RabbitMQ row: the raw lapin
+/// consumer and Hopper each drain the whole backlog, the window's acks grouped (a settlement
+/// per half window at most). A window of 0 is refused by the flag's name.
+#[test]
+fn bench_runs_the_asked_rabbitmq_windows_only() {
+    let url = std::env::var("HOPPER_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    let rows = bench_json(&[
+        "--only",
+        "amqp",
+        "--amqp",
+        &url,
+        "--amqp-windows",
+        "10",
+        "--rounds",
+        "1",
+        "--scale",
+        "0.001",
+    ]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let r = &rows[0];
+    assert_eq!(r["workload"], "amqp consume, window 10", "{r}");
+    assert_eq!(r["jobs"], 1000, "{r}");
+    assert!(r["raw_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["hopper_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    // One delivery per fetch on a pushed broker; one settlement per five acks or more.
+    assert_eq!(r["fetches_per_1k"].as_f64().unwrap(), 1000.0, "{r}");
+    let settles = r["settles_per_1k"].as_f64().unwrap();
+    assert!((1.0..=250.0).contains(&settles), "{r}");
+
+    let out = hopper(&["bench", "--only", "amqp", "--amqp-windows", "0"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--amqp-windows"), "{err}");
+}
+
+/// `hopper bench --only latency` measures each broker's idle latency, and PostgreSQL's
+/// beside the floor a plain listener reaches with the broker's own claim: its note carries
+/// that listener's p50 and p99 in order, each a real round trip.
+#[test]
+fn bench_latency_sets_postgres_beside_a_raw_listener() {
+    let base = std::env::var("HOPPER_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let rows = bench_json(&["--only", "latency", "--postgres", &base]);
+    assert_eq!(
+        workloads(&rows),
+        [
+            "memory idle latency, commit to start",
+            "sqlite idle latency, commit to start",
+            "postgres idle latency, commit to start"
+        ]
+    );
+    for r in &rows {
+        assert_eq!(r["jobs"], 200, "{r}");
+        let (p50, p99) = (r["p50_ms"].as_f64().unwrap(), r["p99_ms"].as_f64().unwrap());
+        assert!(0.0 < p50 && p50 <= p99, "{r}");
+    }
+    let note = rows[2]["note"].as_str().unwrap();
+    let figure = |label: &str| -> f64 {
+        let at = note
+            .find(label)
+            .unwrap_or_else(|| panic!("{label} in {note}"))
+            + label.len();
+        note[at..]
+            .split([',', ' '])
+            .find(|s| !s.is_empty())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("a number after {label} in {note}"))
+    };
+    let (raw_p50, raw_p99) = (figure("claimed: p50 "), figure("p99 "));
+    assert!(0.0 < raw_p50 && raw_p50 <= raw_p99, "{note}");
+    // The notification is part of the wait, not all of it: the claim's round trip follows.
+    assert!(figure("notification p50 ") < raw_p50, "{note}");
 }

@@ -174,6 +174,12 @@ impl PgBroker {
         &self.inner.options.schema
     }
 
+    /// The channel each enqueue notifies and each broker of this schema listens on
+    /// (`hopper.<schema>`): a program of its own can `LISTEN` on it to learn of new jobs.
+    pub fn wake_channel(&self) -> &str {
+        &self.inner.channel
+    }
+
     /// Enqueues inside the caller's own transaction (or connection): the jobs exist if and
     /// only if that transaction commits. Pass `&mut *tx` for an sqlx `Transaction`.
     pub async fn enqueue_in(
