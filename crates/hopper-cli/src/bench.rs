@@ -64,8 +64,8 @@ pub struct BenchArgs {
     /// Multiplies every job count (0.1 for a quick look; figures need the default).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
-    /// The RabbitMQ windows to run, comma-separated. Windows 1 and 10 drain 20,000 and
-    /// 50,000 messages, any other 100,000.
+    /// The RabbitMQ windows to run with `amqp`, comma-separated. Windows 1 and 10 drain
+    /// 20,000 and 50,000 messages, any other 100,000 (before `--scale`).
     #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000",
           value_parser = clap::value_parser!(u16).range(1..))]
     amqp_windows: Vec<u16>,
@@ -209,10 +209,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         rows.push(idle_latency("memory://", "memory").await?);
         let url = format!("sqlite://{}/latency.db", dir.display());
         rows.push(idle_latency(&url, "sqlite").await?);
-        let scratch = Scratch::create(&args.postgres).await?;
-        let row = pg_idle_latency(&scratch).await;
-        scratch.drop().await;
-        rows.push(row?);
+        rows.push(pg_idle_latency(&args.postgres).await?);
     }
     if wants("rss") {
         let url = format!("sqlite://{}/rss.db", dir.display());
@@ -648,38 +645,73 @@ async fn enqueue_after_a_gap(
     Ok(Instant::now())
 }
 
-/// PostgreSQL's idle latency, with its floor on this machine beside it: a plain listener on
-/// the broker's wake channel that, on each notification, claims with the broker's own
-/// fetch, from the enqueue's commit to the claim's return. That is every round trip Hopper
-/// makes for the job and none of its runtime. The two run one after the other, raw first.
-async fn pg_idle_latency(scratch: &Scratch) -> Result<Row> {
+/// PostgreSQL's idle latency, with its floor on this machine measured just before it (see
+/// [`pg_latency_floor`]). Each in a schema of its own: every claim leaves a dead entry in
+/// the pending index that later claims walk over until a vacuum, so the second would
+/// otherwise start behind the first.
+async fn pg_idle_latency(server: &str) -> Result<Row> {
+    let scratch = Scratch::create(server).await?;
+    let floor = pg_latency_floor(&scratch).await;
+    scratch.drop().await;
+    let (claimed, notified) = floor?;
+    let scratch = Scratch::create(server).await?;
+    let row = idle_latency(&scratch.url, "postgres").await;
+    scratch.drop().await;
+    let mut row = row?;
+    row.note = format!(
+        "{}; raw (LISTEN, then the broker's own fetch), commit to claimed: p50 {:.3}, p99 \
+         {:.3}, of which to the notification p50 {:.3}",
+        row.note,
+        percentile(&claimed, 50.0),
+        percentile(&claimed, 99.0),
+        percentile(&notified, 50.0)
+    );
+    Ok(row)
+}
+
+/// The floor of PostgreSQL's idle latency: a plain listener on the broker's wake channel
+/// that, on each notification, claims with the broker's own fetch. Returns, sorted, the
+/// times from each enqueue's commit to the claim's return and to the notification (ms):
+/// every round trip Hopper makes for the job, and none of its runtime. Two sessions
+/// listen, as while Hopper's worker waits: the producer's broker and this listener (the
+/// claiming broker does not).
+async fn pg_latency_floor(scratch: &Scratch) -> Result<(Vec<f64>, Vec<f64>)> {
     use hopper::Broker;
-    let pg = |what: &'static str| move |e: sqlx::Error| Error::broker(what, e);
     hopper::migrate(&scratch.url).await?;
     let producer = hopper::connect(&scratch.url).await?;
-    let broker = hopper::PgBroker::connect(&scratch.url).await?;
+    producer.purge("latency").await?;
+    let options = hopper::PgOptions::default()
+        .schema(&scratch.name)
+        .listen(false);
+    let broker = hopper::PgBroker::connect_with(&scratch.url, options).await?;
+    let channel = broker.wake_channel().to_owned();
+    let server = hopper::redact_url(&scratch.server);
     let mut listener = sqlx::postgres::PgListener::connect(&scratch.server)
         .await
-        .map_err(pg("connecting a listener"))?;
+        .map_err(|e| Error::broker(format!("connecting a listener to {server}"), e))?;
     listener
-        .listen(broker.wake_channel())
+        .listen(&channel)
         .await
-        .map_err(pg("LISTEN"))?;
-    let (mut waits, mut notified_in) = (Vec::new(), Vec::new());
+        .map_err(|e| Error::broker(format!("LISTEN {channel} on {server}"), e))?;
+    let (mut claimed, mut notified) = (Vec::new(), Vec::new());
     for i in 0..LATENCY_WARMUP + LATENCY_SAMPLES {
         let committed = enqueue_after_a_gap(&producer, i).await?;
         tokio::time::timeout(Duration::from_secs(10), listener.recv())
             .await
-            .map_err(|_| Error::broker_msg("postgres: no notification within 10 s"))?
-            .map_err(pg("receiving a notification"))?;
-        let notified = Instant::now();
+            .map_err(|_| {
+                Error::broker_msg(format!(
+                    "no notification on {channel} at {server} within 10 s of an enqueue"
+                ))
+            })?
+            .map_err(|e| Error::broker(format!("receiving on {channel} at {server}"), e))?;
+        let notified_at = Instant::now();
         let fetched = broker
             .fetch(FetchRequest::one("latency", 1, Duration::from_secs(60)))
             .await?;
-        let claimed = Instant::now();
+        let claimed_at = Instant::now();
         if fetched.jobs.len() != 1 {
             return Err(Error::broker_msg(format!(
-                "postgres: the raw listener claimed {} jobs after a notification, not 1",
+                "the raw listener on {channel} claimed {} jobs after a notification, not 1",
                 fetched.jobs.len()
             )));
         }
@@ -687,24 +719,15 @@ async fn pg_idle_latency(scratch: &Scratch) -> Result<Row> {
             .settle(fetched.jobs.iter().map(Settlement::ack).collect())
             .await?;
         if i >= LATENCY_WARMUP {
-            waits.push(claimed.duration_since(committed).as_secs_f64() * 1000.0);
-            notified_in.push(notified.duration_since(committed).as_secs_f64() * 1000.0);
+            let ms = |t: Instant| t.duration_since(committed).as_secs_f64() * 1000.0;
+            claimed.push(ms(claimed_at));
+            notified.push(ms(notified_at));
         }
     }
-    drop(listener);
     broker.close().await;
-    waits.sort_by(f64::total_cmp);
-    notified_in.sort_by(f64::total_cmp);
-    let mut row = idle_latency(&scratch.url, "postgres").await?;
-    row.note = format!(
-        "{}; raw (LISTEN, then the broker's own fetch), commit to claimed: p50 {:.3}, p99 \
-         {:.3}, of which to the notification p50 {:.3}",
-        row.note,
-        percentile(&waits, 50.0),
-        percentile(&waits, 99.0),
-        percentile(&notified_in, 50.0)
-    );
-    Ok(row)
+    claimed.sort_by(f64::total_cmp);
+    notified.sort_by(f64::total_cmp);
+    Ok((claimed, notified))
 }
 
 /// A schema (PostgreSQL) or database (MySQL) made for one run and dropped after it.

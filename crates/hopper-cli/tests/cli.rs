@@ -532,10 +532,12 @@ fn bench_runs_the_asked_rabbitmq_windows_only() {
     assert_eq!(r["jobs"], 1000, "{r}");
     assert!(r["raw_per_s"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["hopper_per_s"].as_f64().unwrap() > 0.0, "{r}");
-    // One delivery per fetch on a pushed broker; one settlement per five acks or more.
+    // A pushed broker counts each job handed to a one-job handler as a fetch. Acks go out grouped: once half the
+    // window (five) awaits them, or when the 2 ms settle delay runs out first, as it may
+    // when the process is descheduled on a busy machine; never one per delivery.
     assert_eq!(r["fetches_per_1k"].as_f64().unwrap(), 1000.0, "{r}");
     let settles = r["settles_per_1k"].as_f64().unwrap();
-    assert!((1.0..=250.0).contains(&settles), "{r}");
+    assert!((1.0..500.0).contains(&settles), "{r}");
 
     let out = hopper(&["bench", "--only", "amqp", "--amqp-windows", "0"]);
     assert!(!out.status.success());
@@ -544,8 +546,10 @@ fn bench_runs_the_asked_rabbitmq_windows_only() {
 }
 
 /// `hopper bench --only latency` measures each broker's idle latency, and PostgreSQL's
-/// beside the floor a plain listener reaches with the broker's own claim: its note carries
-/// that listener's p50 and p99 in order, each a real round trip.
+/// beside the floor a plain listener reaches with the broker's own claim. The floor's
+/// figures are real waits: a notification takes the server a wake-up of the listening
+/// session and a message on the socket, not microseconds (one left over from an earlier
+/// enqueue would be read at once), and the claim after it a round trip more.
 #[test]
 fn bench_latency_sets_postgres_beside_a_raw_listener() {
     let base = std::env::var("HOPPER_TEST_POSTGRES_URL")
@@ -565,19 +569,29 @@ fn bench_latency_sets_postgres_beside_a_raw_listener() {
         assert!(0.0 < p50 && p50 <= p99, "{r}");
     }
     let note = rows[2]["note"].as_str().unwrap();
+    let raw = &note[note
+        .find("raw (LISTEN")
+        .unwrap_or_else(|| panic!("the floor in {note}"))..];
     let figure = |label: &str| -> f64 {
-        let at = note
+        let at = raw
             .find(label)
             .unwrap_or_else(|| panic!("{label} in {note}"))
             + label.len();
-        note[at..]
+        raw[at..]
             .split([',', ' '])
             .find(|s| !s.is_empty())
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("a number after {label} in {note}"))
     };
-    let (raw_p50, raw_p99) = (figure("claimed: p50 "), figure("p99 "));
-    assert!(0.0 < raw_p50 && raw_p50 <= raw_p99, "{note}");
-    // The notification is part of the wait, not all of it: the claim's round trip follows.
-    assert!(figure("notification p50 ") < raw_p50, "{note}");
+    let (p50, p99, notified) = (
+        figure("claimed: p50 "),
+        figure("p99 "),
+        figure("notification p50 "),
+    );
+    assert!(p50 <= p99, "{note}");
+    assert!(
+        notified >= 0.005,
+        "a notification within 5 µs of the commit: {note}"
+    );
+    assert!(p50 - notified >= 0.01, "a claim within 10 µs: {note}");
 }

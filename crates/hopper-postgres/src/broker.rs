@@ -174,8 +174,9 @@ impl PgBroker {
         &self.inner.options.schema
     }
 
-    /// The channel each enqueue notifies and each broker of this schema listens on
-    /// (`hopper.<schema>`): a program of its own can `LISTEN` on it to learn of new jobs.
+    /// The channel each enqueue notifies, and each broker of this schema that listens (the
+    /// default) listens on: `hopper.<schema>`. A program of its own can listen on it to
+    /// learn of new jobs; the dot makes it an identifier to quote: `LISTEN "hopper.jobs"`.
     pub fn wake_channel(&self) -> &str {
         &self.inner.channel
     }
