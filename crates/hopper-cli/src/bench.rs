@@ -270,23 +270,12 @@ async fn raw_mpsc(n: usize) -> f64 {
 /// A SQL server's drain at one batch size: the raw loop and then Hopper, each in a scratch
 /// schema or database of its own.
 async fn sql_drain(name: &str, server: &str, jobs: usize, batch: usize) -> Result<Row> {
-    let raw = {
-        let scratch = Scratch::create(server).await?;
-        let rate = raw_broker_loop(&scratch.url, jobs, batch).await;
-        scratch.drop().await;
-        rate?
-    };
-    let scratch = Scratch::create(server).await?;
-    let row = hopper_load(
-        &scratch.url,
-        jobs,
-        batch,
-        batch,
-        &format!("{name} drain, batch {batch}"),
-    )
-    .await;
-    scratch.drop().await;
-    let (mut row, enqueue) = row?;
+    let raw = Scratch::run(server, async |s| raw_broker_loop(&s.url, jobs, batch).await).await?;
+    let workload = format!("{name} drain, batch {batch}");
+    let (mut row, enqueue) = Scratch::run(server, async |s| {
+        hopper_load(&s.url, jobs, batch, batch, &workload).await
+    })
+    .await?;
     row.raw_per_s = Some(raw);
     row.note = format!("raw: broker fetch+settle loop; enqueue {enqueue:.0}/s");
     Ok(finish(row))
@@ -650,14 +639,8 @@ async fn enqueue_after_a_gap(
 /// the pending index that later claims walk over until a vacuum, so the second would
 /// otherwise start behind the first.
 async fn pg_idle_latency(server: &str) -> Result<Row> {
-    let scratch = Scratch::create(server).await?;
-    let floor = pg_latency_floor(&scratch).await;
-    scratch.drop().await;
-    let (claimed, notified) = floor?;
-    let scratch = Scratch::create(server).await?;
-    let row = idle_latency(&scratch.url, "postgres").await;
-    scratch.drop().await;
-    let mut row = row?;
+    let (claimed, notified) = Scratch::run(server, pg_latency_floor).await?;
+    let mut row = Scratch::run(server, async |s| idle_latency(&s.url, "postgres").await).await?;
     row.note = format!(
         "{}; raw (LISTEN, then the broker's own fetch), commit to claimed: p50 {:.3}, p99 \
          {:.3}, of which to the notification p50 {:.3}",
@@ -769,6 +752,15 @@ impl Scratch {
             name,
             url,
         })
+    }
+
+    /// Runs `work` in a scratch schema or database of its own on `server`, dropped
+    /// afterwards whatever `work` returned.
+    async fn run<T>(server: &str, work: impl AsyncFnOnce(&Scratch) -> Result<T>) -> Result<T> {
+        let scratch = Scratch::create(server).await?;
+        let result = work(&scratch).await;
+        scratch.drop().await;
+        result
     }
 
     async fn drop(self) {
