@@ -97,6 +97,8 @@ struct Report {
     pool_tasks_started: u64,
     /// Jobs per hand-off to a pool task, over every worker.
     jobs_per_handoff: f64,
+    /// Hand-offs run on the event loop's own task, over every worker.
+    inline_handoffs: u64,
     /// The peak RSS of this process, backlog included for the memory broker.
     peak_rss_mib: Option<f64>,
     /// Context switches of this process's threads per job during the drain.
@@ -307,6 +309,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         pool_tasks_started: all_stats.iter().map(|s| s.pool_tasks_started).sum(),
         jobs_per_handoff: fetched as f64
             / all_stats.iter().map(|s| s.handoffs).sum::<u64>().max(1) as f64,
+        inline_handoffs: all_stats.iter().map(|s| s.inline_handoffs).sum(),
         peak_rss_mib: peak_rss_mib(),
         cpu_us_per_job: cpu_us_per(cpu_before, cpu_after, completed),
         switches_per_job: switches_before
@@ -435,8 +438,8 @@ fn print_table(r: &Report) {
     );
     println!("settlements     {} round trips", r.settle_calls);
     println!(
-        "pool tasks      {} started ({:.1} jobs per hand-off)",
-        r.pool_tasks_started, r.jobs_per_handoff
+        "pool tasks      {} started ({:.1} jobs per hand-off, {} hand-offs on the event loop)",
+        r.pool_tasks_started, r.jobs_per_handoff, r.inline_handoffs
     );
     println!(
         "latency         p50 {:.2} ms, p99 {:.2} ms (enqueue to start)",

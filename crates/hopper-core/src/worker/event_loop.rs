@@ -7,10 +7,15 @@
 //! a round trip of its own.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
+use futures_util::future::{AbortHandle, Abortable, Aborted};
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
@@ -27,6 +32,12 @@ use crate::prefetch::{AUTO_CEILING, AutoSizer, Prefetch};
 
 /// Hand-offs are sized to arrive about this far apart (DESIGN.md §7).
 const HANDOFF_SPACING: Duration = Duration::from_micros(32);
+/// A one-job hand-off runs on the event loop's own task once its queue's handlers are
+/// known to hold the thread less than this per poll, on average: waking a pool task for
+/// it would cost about as much as the job, and on a runtime with a second thread it wakes
+/// that thread too. Until a poll was timed, and for longer polls, a pool task runs it, so
+/// a handler that computes neither holds the loop up nor keeps a second core idle.
+const INLINE_POLL_LIMIT: Duration = HANDOFF_SPACING;
 /// In process, with the default window, a queue holds this many hand-offs per slot.
 const IN_PROCESS_HANDOFFS: usize = 2;
 /// How long the loop sleeps at most when nothing is due.
@@ -34,6 +45,11 @@ const IDLE_HORIZON: Duration = Duration::from_secs(3600);
 
 /// What one fetch asked for: (queue index, jobs) per queue.
 type Asked = Vec<(usize, usize)>;
+/// Work running on the event loop's own task: the pool task's index, what finished and how
+/// long it took; `Err` once aborted at the end of a grace period.
+type InlineWork = Pin<
+    Box<dyn Future<Output = std::result::Result<(usize, (Vec<Done>, Duration)), Aborted>> + Send>,
+>;
 /// A settlement round trip's result, the batch sent, and each settlement's queue.
 type SettleReply = (Result<SettleReport>, Vec<Settlement>, Vec<Option<usize>>);
 
@@ -112,10 +128,19 @@ enum TaskWork {
     },
 }
 
+/// A pool task: a slot that runs one piece of work at a time. One short job runs on the
+/// event loop's own task ([`INLINE_POLL_LIMIT`]); anything else on a tokio task of the
+/// slot's own, spawned the first time it is needed.
 struct Task {
+    runner: Option<Runner>,
+    /// Work running on the event loop's task: the handle that aborts it.
+    inline: Option<AbortHandle>,
+    work: Option<TaskWork>,
+}
+
+struct Runner {
     tx: mpsc::UnboundedSender<Work>,
     join: JoinHandle<()>,
-    work: Option<TaskWork>,
 }
 
 struct Stopping {
@@ -189,10 +214,13 @@ pub(crate) struct EventLoop {
     /// Something this pass did (a fetch taken in at once) calls for another pass before
     /// the loop waits.
     step_again: bool,
+    /// Hand-offs running on this task ([`INLINE_POLL_LIMIT`]).
+    inline: FuturesUnordered<InlineWork>,
 }
 
 enum Woke {
     Event(Option<Event>),
+    Inline(std::result::Result<(usize, (Vec<Done>, Duration)), Aborted>),
     Timer,
     Signal,
 }
@@ -242,6 +270,7 @@ impl EventLoop {
             .unwrap_or_else(|| queues.iter().map(|q| q.opts.concurrency).sum());
         let ctx = Arc::new(PoolContext {
             timed: queues.iter().map(|q| q.sizer.is_some()).collect(),
+            polls: queues.iter().map(|_| Default::default()).collect(),
             handlers,
             retry: cfg.retry,
             events: events.clone(),
@@ -287,6 +316,7 @@ impl EventLoop {
             fetched_now: None,
             settled_now: None,
             step_again: false,
+            inline: FuturesUnordered::new(),
         }
     }
 
@@ -324,8 +354,11 @@ impl EventLoop {
             let woke = {
                 let rx = &mut self.rx;
                 let wake = &mut self.wake;
+                let inline = &mut self.inline;
+                let running_inline = !inline.is_empty();
                 tokio::select! {
                     biased;
+                    Some(ran) = inline.next(), if running_inline => Woke::Inline(ran),
                     ev = rx.recv() => Woke::Event(ev),
                     _ = &mut timer => Woke::Timer,
                     changed = async { wake.as_mut().expect("checked").changed().await },
@@ -344,20 +377,18 @@ impl EventLoop {
                 Woke::Event(None) => break,
                 Woke::Event(Some(ev)) => {
                     self.handle(ev, &mut st);
-                    for _ in 0..1024 {
-                        match self.rx.try_recv() {
-                            Ok(ev) => self.handle(ev, &mut st),
-                            Err(_) => break,
-                        }
-                    }
+                    self.take_ready(&mut st);
+                }
+                Woke::Inline(ran) => {
+                    self.inline_done(ran, &mut st);
+                    self.take_ready(&mut st);
                 }
                 Woke::Timer => {}
                 Woke::Signal => self.undrain(),
             }
         }
-        for task in self.tasks.drain(..).flatten() {
-            drop(task.tx);
-        }
+        // Dropping a task's sender ends its runner.
+        self.tasks.clear();
         // Only now, with every settlement applied: closing a subscription earlier would
         // hand back jobs whose handlers are still finishing in the grace period, and their
         // acknowledgements would then be refused.
@@ -382,6 +413,31 @@ impl EventLoop {
             for r in stopping.replies {
                 let _ = r.send(());
             }
+        }
+    }
+
+    /// Takes in what else is ready without waiting: events (at most 1,024, so a flood of
+    /// them cannot hold off a pass) and finished inline hand-offs.
+    fn take_ready(&mut self, st: &mut WorkerStats) {
+        for _ in 0..1024 {
+            match self.rx.try_recv() {
+                Ok(ev) => self.handle(ev, st),
+                Err(_) => break,
+            }
+        }
+        while let Some(Some(ran)) = self.inline.next().now_or_never() {
+            self.inline_done(ran, st);
+        }
+    }
+
+    fn inline_done(
+        &mut self,
+        ran: std::result::Result<(usize, (Vec<Done>, Duration)), Aborted>,
+        st: &mut WorkerStats,
+    ) {
+        // Aborted: the grace period ended and its jobs were released then.
+        if let Ok((task, (done, elapsed))) = ran {
+            self.task_done(task, done, elapsed, st);
         }
     }
 
@@ -673,6 +729,11 @@ impl EventLoop {
                     }
                 };
                 let (work, record, k) = work;
+                let inline = matches!(work, Work::Jobs(_))
+                    && k == 1
+                    && self.ctx.polls[qi]
+                        .average()
+                        .is_some_and(|poll| poll < INLINE_POLL_LIMIT);
                 push_size(&mut st.handoff_sizes, k);
                 st.handoffs += 1;
                 if self.pushed {
@@ -690,7 +751,10 @@ impl EventLoop {
                 let q = &mut self.queues[qi];
                 q.busy += 1;
                 q.in_handoffs += k;
-                self.give(work, record);
+                if inline {
+                    st.inline_handoffs += 1;
+                }
+                self.give(work, record, inline);
             }
         }
     }
@@ -721,7 +785,6 @@ impl EventLoop {
     }
 
     fn spawn_task(&mut self) -> usize {
-        let (tx, rx) = mpsc::unbounded_channel();
         let index = match self.tasks.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -729,10 +792,9 @@ impl EventLoop {
                 self.tasks.len() - 1
             }
         };
-        let join = tokio::spawn(pool::run_task(index, self.ctx.clone(), rx));
         self.tasks[index] = Some(Task {
-            tx,
-            join,
+            runner: None,
+            inline: None,
             work: None,
         });
         self.live += 1;
@@ -741,15 +803,31 @@ impl EventLoop {
         index
     }
 
-    fn give(&mut self, work: Work, record: TaskWork) {
+    /// Gives `work` to an idle task (a new one if none is idle), to run on the event
+    /// loop's own task if `inline`, else on the task's runner.
+    fn give(&mut self, work: Work, record: TaskWork, inline: bool) {
         let index = match self.idle.pop() {
             Some((i, _)) => i,
             None => self.spawn_task_busy(),
         };
         let task = self.tasks[index].as_mut().expect("idle tasks are alive");
         task.work = Some(record);
-        // A send fails only if the task died, which it does only when aborted at shutdown.
-        let _ = task.tx.send(work);
+        if inline {
+            let (abort, registration) = AbortHandle::new_pair();
+            task.inline = Some(abort);
+            let ctx = self.ctx.clone();
+            let run = async move { (index, pool::run_work(&ctx, work).await) };
+            self.inline
+                .push(Box::pin(Abortable::new(run, registration)));
+            return;
+        }
+        let runner = task.runner.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let join = tokio::spawn(pool::run_task(index, self.ctx.clone(), rx));
+            Runner { tx, join }
+        });
+        // A send fails only if the runner died, which it does only when aborted at shutdown.
+        let _ = runner.tx.send(work);
     }
 
     /// A new task for work given at once: spawned, and taken straight off the idle list.
@@ -1213,6 +1291,7 @@ impl EventLoop {
         let Some(work) = slot.work.take() else {
             return;
         };
+        slot.inline = None;
         self.idle.push((task, Instant::now()));
         let qi = match work {
             TaskWork::Jobs(h) => {
@@ -1347,7 +1426,12 @@ impl EventLoop {
             let Some(work) = task.work.take() else {
                 continue;
             };
-            task.join.abort();
+            if let Some(runner) = &task.runner {
+                runner.join.abort();
+            }
+            if let Some(abort) = task.inline.take() {
+                abort.abort();
+            }
             let held: Vec<(JobId, LeaseId)> = match &work {
                 TaskWork::Jobs(h) => h.running().into_iter().collect(),
                 TaskWork::Batch { held, .. } => held.clone(),

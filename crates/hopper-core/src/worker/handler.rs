@@ -142,7 +142,7 @@ where
 }
 
 /// Runs a handler future, turning a panic into a failed attempt.
-pub(crate) async fn run_caught<T>(fut: BoxFuture<T>) -> Result<T, String> {
+pub(crate) async fn run_caught<F: Future>(fut: F) -> Result<F::Output, String> {
     match AssertUnwindSafe(fut).catch_unwind().await {
         Ok(v) => Ok(v),
         Err(panic) => {

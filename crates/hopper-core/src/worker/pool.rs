@@ -3,9 +3,16 @@
 //! A hand-off is a small batch of one queue's jobs given to one task, which runs them one
 //! after another. Jobs wait in the hand-off's own deque until their turn, so they are still
 //! pending: the event loop can take a waiting job back out to cancel or release it.
+//!
+//! The same work runs on the event loop's own task when it is one brief job ([`run_work`]),
+//! each handler poll timed into its queue's [`PollGauge`].
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -104,8 +111,63 @@ pub(crate) struct Done {
     pub(crate) took: Duration,
 }
 
+/// How long one queue's one-job handlers hold the thread in a poll: a moving average over
+/// every poll, in which the newest weighs 30%, in nanoseconds; none until a poll was timed.
+/// Written by whichever task polls (a lost update among tasks only delays the average by a
+/// poll); the event loop reads it to decide where the next one-job hand-off runs.
+#[derive(Debug)]
+pub(crate) struct PollGauge(AtomicU64);
+
+impl PollGauge {
+    const UNTIMED: u64 = u64::MAX;
+
+    /// The average poll; `None` before the first.
+    pub(crate) fn average(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            Self::UNTIMED => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
+    }
+
+    fn record(&self, poll: Duration) {
+        let poll = u64::try_from(poll.as_nanos()).unwrap_or(u64::MAX - 1);
+        let new = match self.0.load(Ordering::Relaxed) {
+            Self::UNTIMED => poll,
+            old => (old / 10 * 7).saturating_add(poll / 10 * 3),
+        };
+        self.0.store(new.min(Self::UNTIMED - 1), Ordering::Relaxed);
+    }
+}
+
+impl Default for PollGauge {
+    fn default() -> Self {
+        PollGauge(AtomicU64::new(Self::UNTIMED))
+    }
+}
+
+/// A handler's future, each poll timed into its queue's [`PollGauge`] with tokio's clock
+/// (the system's, except under a paused test clock, where a handler's `advance` is what
+/// its poll took).
+struct Timed<'a, F> {
+    fut: F,
+    gauge: &'a PollGauge,
+}
+
+impl<F: Future + Unpin> Future for Timed<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let started = Instant::now();
+        let out = Pin::new(&mut self.fut).poll(cx);
+        self.gauge.record(started.elapsed());
+        out
+    }
+}
+
 pub(crate) struct PoolContext {
     pub(crate) handlers: Vec<QueueHandler>,
+    /// Per queue: how long its one-job handlers hold the thread per poll.
+    pub(crate) polls: Vec<PollGauge>,
     /// Per queue: whether each job is timed (`Done::took`); only the Auto rule reads it,
     /// so other queues skip a clock read per job.
     pub(crate) timed: Vec<bool>,
@@ -142,12 +204,7 @@ pub(crate) async fn run_task(
     mut rx: mpsc::UnboundedReceiver<Work>,
 ) {
     while let Some(work) = rx.recv().await {
-        let handed_at = Instant::now();
-        let done = match work {
-            Work::Jobs(handoff) => run_handoff(&ctx, &handoff, handed_at).await,
-            Work::Batch { queue, jobs } => run_batch(&ctx, queue, jobs, handed_at).await,
-        };
-        let elapsed = handed_at.elapsed();
+        let (done, elapsed) = run_work(&ctx, work).await;
         if ctx
             .events
             .send(Event::TaskDone {
@@ -162,16 +219,31 @@ pub(crate) async fn run_task(
     }
 }
 
+/// Runs one piece of work, on a pool task or on the event loop's own task; returns what
+/// finished and how long it all took from the hand-off.
+pub(crate) async fn run_work(ctx: &PoolContext, work: Work) -> (Vec<Done>, Duration) {
+    let handed_at = Instant::now();
+    let done = match work {
+        Work::Jobs(handoff) => run_handoff(ctx, &handoff, handed_at).await,
+        Work::Batch { queue, jobs } => run_batch(ctx, queue, jobs, handed_at).await,
+    };
+    (done, handed_at.elapsed())
+}
+
 async fn run_handoff(ctx: &PoolContext, handoff: &Handoff, mut since: Instant) -> Vec<Done> {
     let QueueHandler::One(handler) = &ctx.handlers[handoff.queue] else {
         unreachable!("hand-offs of single jobs go to queues with a one-job handler")
     };
     let timed = ctx.timed[handoff.queue];
+    let gauge = &ctx.polls[handoff.queue];
     let mut done = Vec::with_capacity(handoff.load().0);
     while let Some(job) = handoff.start_next() {
         let (id, lease, attempts) = (job.id, job.lease, (job.attempt, job.max_attempts));
         let outcome = match handler.call(job) {
-            Ok(fut) => outcome_of(attempts, run_caught(fut).await, &ctx.retry),
+            Ok(fut) => {
+                let fut = Timed { fut, gauge };
+                outcome_of(attempts, run_caught(fut).await, &ctx.retry)
+            }
             Err(error) => Outcome::DeadLetter { error },
         };
         let took = if timed {

@@ -24,6 +24,10 @@ pub struct WorkerStats {
     /// Hand-offs to pool tasks made: each wakes a task, so jobs per hand-off says how
     /// many jobs share that cost.
     pub handoffs: u64,
+    /// Of [`handoffs`](Self::handoffs), those run on the event loop's own task: one job
+    /// each, of a queue whose handlers hold the thread briefly per poll, where waking a
+    /// pool task would cost about as much as the job.
+    pub inline_handoffs: u64,
     /// Jobs whose handler is running now.
     pub running: usize,
     /// Jobs fetched and not yet started (in the buffer or waiting in a hand-off).

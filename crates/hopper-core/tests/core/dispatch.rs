@@ -379,3 +379,104 @@ async fn slow_jobs_are_held_two_per_slot_at_most() {
     );
     assert!(stats.handoff_sizes.iter().all(|&n| n == 1));
 }
+
+/// Enqueues `n` jobs and runs them at concurrency 4 with `handler`; each job's start in
+/// paused time (ms, in start order), and the worker's statistics once all `n` completed.
+async fn run_four_at_a_time<F, Fut>(n: usize, handler: F) -> (Vec<u64>, WorkerStats)
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = hopper_core::JobResult> + Send + 'static,
+{
+    let (_, broker) = memory();
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let t0 = Instant::now();
+    enqueue_n(&broker, "q", n).await;
+    let seen = starts.clone();
+    let worker = Worker::builder(broker)
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(4),
+            move |_job: JobContext<u64>| {
+                seen.lock().unwrap().push(t0.elapsed().as_millis() as u64);
+                handler()
+            },
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == n as u64).await;
+    worker.shutdown().await;
+    let starts = starts.lock().unwrap().clone();
+    (starts, stats)
+}
+
+#[tokio::test(start_paused = true)]
+async fn once_its_polls_are_timed_brief_a_one_job_hand_off_runs_on_the_event_loop() {
+    let (starts, stats) = run_four_at_a_time(40, || async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        Ok(())
+    })
+    .await;
+    // Jobs of 10 ms go one per hand-off. The first four go to pool tasks, before any poll
+    // was timed; every later one runs on the event loop's own task.
+    assert_eq!(stats.handoffs, 40);
+    assert!(stats.handoff_sizes.iter().all(|&k| k == 1));
+    assert_eq!(stats.inline_handoffs, 36);
+    assert_eq!(stats.pool_tasks_started, 4);
+    // Still four at a time, and every slot busy throughout: four starts each 10 ms.
+    let expected: Vec<u64> = (0..40).map(|i| i / 4 * 10).collect();
+    assert_eq!(starts, expected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_that_holds_the_thread_always_gets_a_pool_task() {
+    // What a computing handler looks like on the paused clock: its first poll takes a
+    // millisecond. Every job of it goes to one of the four pool tasks.
+    let (_, stats) = run_four_at_a_time(20, || async {
+        tokio::time::advance(Duration::from_millis(1)).await;
+        Ok(())
+    })
+    .await;
+    assert_eq!(
+        (
+            stats.handoffs,
+            stats.inline_handoffs,
+            stats.pool_tasks_started
+        ),
+        (20, 0, 4)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_running_on_the_event_loop_is_released_when_the_grace_period_ends() {
+    let (_, broker) = memory();
+    let ids = enqueue_n(&broker, "q", 2).await;
+    let worker = Worker::builder(broker.clone())
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(2),
+            |job: JobContext<u64>| async move {
+                // The first job's polls are timed brief; the second never finishes.
+                if job.payload == 1 {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    wait_for(&worker, |s| s.completed == 1).await;
+    let third = enqueue_n(&broker, "q", 1).await;
+    let stats = wait_for(&worker, |s| s.completed == 2).await;
+    assert_eq!(
+        stats.inline_handoffs, 1,
+        "the third job ran on the event loop"
+    );
+    let t0 = Instant::now();
+    let stats = worker.shutdown_with(Duration::from_secs(2)).await;
+    assert_eq!(t0.elapsed(), Duration::from_secs(2));
+    assert_eq!((stats.completed, stats.released), (2, 1));
+    assert!(broker.job(ids[0]).await.unwrap().is_none(), "acked");
+    assert!(broker.job(third[0]).await.unwrap().is_none(), "acked");
+    let rec = broker.job(ids[1]).await.unwrap().unwrap();
+    assert_eq!(rec.state, hopper_core::JobState::Pending);
+}
