@@ -33,10 +33,12 @@ use crate::prefetch::{AUTO_CEILING, AutoSizer, Prefetch};
 /// Hand-offs are sized to arrive about this far apart (DESIGN.md §7).
 const HANDOFF_SPACING: Duration = Duration::from_micros(32);
 /// A one-job hand-off runs on the event loop's own task once its queue's handlers are
-/// known to hold the thread less than this per poll, on average: waking a pool task for
-/// it would cost about as much as the job, and on a runtime with a second thread it wakes
-/// that thread too. Until a poll was timed, and for longer polls, a pool task runs it, so
-/// a handler that computes neither holds the loop up nor keeps a second core idle.
+/// known to hold the thread less than this per poll (the longest recent poll, see
+/// [`pool::PollGauge`]): waking a pool task for it would cost about as much as the job,
+/// and on a runtime with a second thread it wakes that thread too. Until a poll was timed,
+/// and once one took longer, a pool task runs it, so a handler that computes between its
+/// awaits does not hold the loop up. (One that computes in many polls shorter than this
+/// runs on the loop's thread, one poll at a time.)
 const INLINE_POLL_LIMIT: Duration = HANDOFF_SPACING;
 /// In process, with the default window, a queue holds this many hand-offs per slot.
 const IN_PROCESS_HANDOFFS: usize = 2;
@@ -45,11 +47,8 @@ const IDLE_HORIZON: Duration = Duration::from_secs(3600);
 
 /// What one fetch asked for: (queue index, jobs) per queue.
 type Asked = Vec<(usize, usize)>;
-/// Work running on the event loop's own task: the pool task's index, what finished and how
-/// long it took; `Err` once aborted at the end of a grace period.
-type InlineWork = Pin<
-    Box<dyn Future<Output = std::result::Result<(usize, (Vec<Done>, Duration)), Aborted>> + Send>,
->;
+/// Work running on the event loop's own task ([`INLINE_POLL_LIMIT`]).
+type InlineWork = Pin<Box<dyn Future<Output = InlineRan> + Send>>;
 /// A settlement round trip's result, the batch sent, and each settlement's queue.
 type SettleReply = (Result<SettleReport>, Vec<Settlement>, Vec<Option<usize>>);
 
@@ -128,19 +127,16 @@ enum TaskWork {
     },
 }
 
-/// A pool task: a slot that runs one piece of work at a time. One short job runs on the
-/// event loop's own task ([`INLINE_POLL_LIMIT`]); anything else on a tokio task of the
-/// slot's own, spawned the first time it is needed.
+/// A pool task: it runs one piece of work at a time, given to it over `tx`, or, for one
+/// brief job ([`INLINE_POLL_LIMIT`]), lends its slot to that job run on the event loop's
+/// own task.
 struct Task {
-    runner: Option<Runner>,
-    /// Work running on the event loop's task: the handle that aborts it.
-    inline: Option<AbortHandle>,
-    work: Option<TaskWork>,
-}
-
-struct Runner {
     tx: mpsc::UnboundedSender<Work>,
     join: JoinHandle<()>,
+    /// Work running on the event loop's task in this task's slot: the handle that aborts
+    /// it.
+    inline: Option<AbortHandle>,
+    work: Option<TaskWork>,
 }
 
 struct Stopping {
@@ -216,11 +212,17 @@ pub(crate) struct EventLoop {
     step_again: bool,
     /// Hand-offs running on this task ([`INLINE_POLL_LIMIT`]).
     inline: FuturesUnordered<InlineWork>,
+    /// Inline hand-offs finished and not yet taken in: kept to spare an allocation per pass.
+    ran: Vec<InlineRan>,
 }
+
+/// What an inline hand-off returns: the pool task whose slot it ran in, what finished and
+/// how long it took; `Err` once aborted at the end of a grace period.
+type InlineRan = std::result::Result<(usize, (Vec<Done>, Duration)), Aborted>;
 
 enum Woke {
     Event(Option<Event>),
-    Inline(std::result::Result<(usize, (Vec<Done>, Duration)), Aborted>),
+    Inline(InlineRan),
     Timer,
     Signal,
 }
@@ -317,6 +319,7 @@ impl EventLoop {
             settled_now: None,
             step_again: false,
             inline: FuturesUnordered::new(),
+            ran: Vec::new(),
         }
     }
 
@@ -371,23 +374,42 @@ impl EventLoop {
                     }
                 }
             };
+            // The hand-offs running on this task are polled before the stats lock is
+            // taken: handler code may read the stats.
+            let mut ran = std::mem::take(&mut self.ran);
+            let woke = match woke {
+                Woke::Inline(first) => {
+                    ran.push(first);
+                    None
+                }
+                other => Some(other),
+            };
+            while let Some(Some(more)) = self.inline.next().now_or_never() {
+                ran.push(more);
+            }
             let stats = self.stats.clone();
             let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
+            // An aborted one (`Err`) had its jobs released when the grace period ended.
+            for (task, (done, elapsed)) in ran.drain(..).flatten() {
+                self.task_done(task, done, elapsed, &mut st);
+            }
+            self.ran = ran;
             match woke {
-                Woke::Event(None) => break,
-                Woke::Event(Some(ev)) => {
+                Some(Woke::Event(None)) => break,
+                Some(Woke::Event(Some(ev))) => {
                     self.handle(ev, &mut st);
-                    self.take_ready(&mut st);
+                    for _ in 0..1024 {
+                        match self.rx.try_recv() {
+                            Ok(ev) => self.handle(ev, &mut st),
+                            Err(_) => break,
+                        }
+                    }
                 }
-                Woke::Inline(ran) => {
-                    self.inline_done(ran, &mut st);
-                    self.take_ready(&mut st);
-                }
-                Woke::Timer => {}
-                Woke::Signal => self.undrain(),
+                Some(Woke::Signal) => self.undrain(),
+                Some(Woke::Inline(_) | Woke::Timer) | None => {}
             }
         }
-        // Dropping a task's sender ends its runner.
+        // Dropping a task's sender ends it.
         self.tasks.clear();
         // Only now, with every settlement applied: closing a subscription earlier would
         // hand back jobs whose handlers are still finishing in the grace period, and their
@@ -413,31 +435,6 @@ impl EventLoop {
             for r in stopping.replies {
                 let _ = r.send(());
             }
-        }
-    }
-
-    /// Takes in what else is ready without waiting: events (at most 1,024, so a flood of
-    /// them cannot hold off a pass) and finished inline hand-offs.
-    fn take_ready(&mut self, st: &mut WorkerStats) {
-        for _ in 0..1024 {
-            match self.rx.try_recv() {
-                Ok(ev) => self.handle(ev, st),
-                Err(_) => break,
-            }
-        }
-        while let Some(Some(ran)) = self.inline.next().now_or_never() {
-            self.inline_done(ran, st);
-        }
-    }
-
-    fn inline_done(
-        &mut self,
-        ran: std::result::Result<(usize, (Vec<Done>, Duration)), Aborted>,
-        st: &mut WorkerStats,
-    ) {
-        // Aborted: the grace period ended and its jobs were released then.
-        if let Ok((task, (done, elapsed))) = ran {
-            self.task_done(task, done, elapsed, st);
         }
     }
 
@@ -732,7 +729,7 @@ impl EventLoop {
                 let inline = matches!(work, Work::Jobs(_))
                     && k == 1
                     && self.ctx.polls[qi]
-                        .average()
+                        .longest()
                         .is_some_and(|poll| poll < INLINE_POLL_LIMIT);
                 push_size(&mut st.handoff_sizes, k);
                 st.handoffs += 1;
@@ -785,6 +782,7 @@ impl EventLoop {
     }
 
     fn spawn_task(&mut self) -> usize {
+        let (tx, rx) = mpsc::unbounded_channel();
         let index = match self.tasks.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -792,8 +790,10 @@ impl EventLoop {
                 self.tasks.len() - 1
             }
         };
+        let join = tokio::spawn(pool::run_task(index, self.ctx.clone(), rx));
         self.tasks[index] = Some(Task {
-            runner: None,
+            tx,
+            join,
             inline: None,
             work: None,
         });
@@ -804,7 +804,7 @@ impl EventLoop {
     }
 
     /// Gives `work` to an idle task (a new one if none is idle), to run on the event
-    /// loop's own task if `inline`, else on the task's runner.
+    /// loop's own task in that task's slot if `inline`.
     fn give(&mut self, work: Work, record: TaskWork, inline: bool) {
         let index = match self.idle.pop() {
             Some((i, _)) => i,
@@ -821,13 +821,8 @@ impl EventLoop {
                 .push(Box::pin(Abortable::new(run, registration)));
             return;
         }
-        let runner = task.runner.get_or_insert_with(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let join = tokio::spawn(pool::run_task(index, self.ctx.clone(), rx));
-            Runner { tx, join }
-        });
-        // A send fails only if the runner died, which it does only when aborted at shutdown.
-        let _ = runner.tx.send(work);
+        // A send fails only if the task died, which it does only when aborted at shutdown.
+        let _ = task.tx.send(work);
     }
 
     /// A new task for work given at once: spawned, and taken straight off the idle list.
@@ -1324,6 +1319,22 @@ impl EventLoop {
             st.completed += acked;
             queue_stats(st, &self.queues[qi].name).completed += acked;
         }
+        self.settle_if_starved(st);
+    }
+
+    /// Sends the settlements at once when half a pushed queue's window waits on them
+    /// ([`Self::window_starved`]), between two completions rather than at the next pass:
+    /// a pass can take in a whole window's completions at once (hand-offs that ran on the
+    /// loop's own task finish together), and acknowledging all of it in one frame leaves
+    /// the server nothing to push until that frame arrives.
+    fn settle_if_starved(&mut self, st: &mut WorkerStats) {
+        if !self.pushed || !self.window_starved() {
+            return;
+        }
+        self.maybe_settle(Instant::now());
+        if let Some((result, batch, queues)) = self.settled_now.take() {
+            self.settled(result, batch, queues, st);
+        }
     }
 
     /// The index of the queue named `name`, if this worker works it.
@@ -1426,9 +1437,7 @@ impl EventLoop {
             let Some(work) = task.work.take() else {
                 continue;
             };
-            if let Some(runner) = &task.runner {
-                runner.join.abort();
-            }
+            task.join.abort();
             if let Some(abort) = task.inline.take() {
                 abort.abort();
             }

@@ -143,17 +143,25 @@ where
 
 /// Runs a handler future, turning a panic into a failed attempt.
 pub(crate) async fn run_caught<F: Future>(fut: F) -> Result<F::Output, String> {
-    match AssertUnwindSafe(fut).catch_unwind().await {
-        Ok(v) => Ok(v),
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".into());
-            Err(format!("handler panicked: {msg}"))
-        }
-    }
+    AssertUnwindSafe(fut)
+        .catch_unwind()
+        .await
+        .map_err(panic_message)
+}
+
+/// Calls a handler, turning a panic in its synchronous part (the closure's body before
+/// its first `.await`) into a failed attempt, as [`run_caught`] does for its future.
+pub(crate) fn call_caught<T>(call: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(call)).map_err(panic_message)
+}
+
+fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    let msg = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into());
+    format!("handler panicked: {msg}")
 }
 
 /// The handler of one queue.

@@ -5,11 +5,11 @@
 //! - [`WorkerHandle`] steers a running one: pause, resume, cancel, counts, stats, shutdown.
 //! - `event_loop` holds the per-queue buffers and windows and issues fetches, hand-offs,
 //!   settlements and lease renewals; `pool` runs hand-offs on pool tasks.
-//! - A pool task is a slot, one piece of work at a time. A hand-off of one job whose
-//!   queue's handlers are known to hold the thread briefly per poll (under 32 µs on
-//!   average) runs on the event loop's own task, so no other task, and no other runtime
-//!   thread, is woken for a job that costs less than the wake-up; anything else runs on a
-//!   tokio task of the slot's own, spawned the first time it is needed.
+//! - A hand-off of one job whose queue's handlers were timed holding the thread under
+//!   32 µs per poll runs on the event loop's own task, in an idle pool task's slot, so no
+//!   other task, and no other runtime thread, is woken for a job that costs less than the
+//!   wake-up. The first hand-offs of a queue, and any after a longer poll, go to the pool
+//!   task itself.
 
 mod event_loop;
 mod handler;

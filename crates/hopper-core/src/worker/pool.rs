@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::event_loop::Event;
-use super::handler::{ErrorKind, JobResult, QueueHandler, run_caught};
+use super::handler::{ErrorKind, JobResult, QueueHandler, call_caught, run_caught};
 use crate::broker::Outcome;
 use crate::job::{Job, JobId, LeaseId};
 use crate::retry::RetryPolicy;
@@ -111,31 +111,48 @@ pub(crate) struct Done {
     pub(crate) took: Duration,
 }
 
-/// How long one queue's one-job handlers hold the thread in a poll: a moving average over
-/// every poll, in which the newest weighs 30%, in nanoseconds; none until a poll was timed.
-/// Written by whichever task polls (a lost update among tasks only delays the average by a
-/// poll); the event loop reads it to decide where the next one-job hand-off runs.
+/// How long one queue's one-job handlers hold the thread in one poll, in nanoseconds: the
+/// longest poll of recent jobs. A poll longer than the figure raises it at once; each job
+/// that finishes then lowers it to the larger of its own longest poll and 70% of the
+/// figure, so one long poll counts in full for its job and fades over the next dozen
+/// jobs. None until a poll was timed. Written by whichever task polls (a lost update
+/// among tasks only delays it by a poll); the event loop reads it to decide where the next
+/// one-job hand-off runs.
 #[derive(Debug)]
 pub(crate) struct PollGauge(AtomicU64);
 
 impl PollGauge {
     const UNTIMED: u64 = u64::MAX;
 
-    /// The average poll; `None` before the first.
-    pub(crate) fn average(&self) -> Option<Duration> {
+    /// The figure; `None` before the first poll.
+    pub(crate) fn longest(&self) -> Option<Duration> {
         match self.0.load(Ordering::Relaxed) {
             Self::UNTIMED => None,
             nanos => Some(Duration::from_nanos(nanos)),
         }
     }
 
-    fn record(&self, poll: Duration) {
-        let poll = u64::try_from(poll.as_nanos()).unwrap_or(u64::MAX - 1);
+    fn nanos(d: Duration) -> u64 {
+        u64::try_from(d.as_nanos()).map_or(Self::UNTIMED - 1, |n| n.min(Self::UNTIMED - 1))
+    }
+
+    /// A poll just ended.
+    fn polled(&self, poll: Duration) {
+        let poll = Self::nanos(poll);
+        let old = self.0.load(Ordering::Relaxed);
+        if old == Self::UNTIMED || poll > old {
+            self.0.store(poll, Ordering::Relaxed);
+        }
+    }
+
+    /// A job finished, its longest poll `longest`.
+    fn finished(&self, longest: Duration) {
+        let longest = Self::nanos(longest);
         let new = match self.0.load(Ordering::Relaxed) {
-            Self::UNTIMED => poll,
-            old => (old / 10 * 7).saturating_add(poll / 10 * 3),
+            Self::UNTIMED => longest,
+            old => longest.max(old / 10 * 7),
         };
-        self.0.store(new.min(Self::UNTIMED - 1), Ordering::Relaxed);
+        self.0.store(new, Ordering::Relaxed);
     }
 }
 
@@ -147,19 +164,27 @@ impl Default for PollGauge {
 
 /// A handler's future, each poll timed into its queue's [`PollGauge`] with tokio's clock
 /// (the system's, except under a paused test clock, where a handler's `advance` is what
-/// its poll took).
+/// its poll took). The first poll counts from `called`, so the handler's synchronous part
+/// (its closure's body before the first `.await`) is timed with it.
 struct Timed<'a, F> {
     fut: F,
     gauge: &'a PollGauge,
+    called: Option<Instant>,
+    longest: Duration,
 }
 
 impl<F: Future + Unpin> Future for Timed<'_, F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let started = Instant::now();
+        let started = self.called.take().unwrap_or_else(Instant::now);
         let out = Pin::new(&mut self.fut).poll(cx);
-        self.gauge.record(started.elapsed());
+        let took = started.elapsed();
+        self.gauge.polled(took);
+        self.longest = self.longest.max(took);
+        if out.is_ready() {
+            self.gauge.finished(self.longest);
+        }
         out
     }
 }
@@ -235,16 +260,33 @@ async fn run_handoff(ctx: &PoolContext, handoff: &Handoff, mut since: Instant) -
         unreachable!("hand-offs of single jobs go to queues with a one-job handler")
     };
     let timed = ctx.timed[handoff.queue];
-    let gauge = &ctx.polls[handoff.queue];
-    let mut done = Vec::with_capacity(handoff.load().0);
+    let jobs = handoff.load().0;
+    // Only a hand-off of one job times its polls: only those can run on the event loop,
+    // and a queue whose hand-offs carry several jobs skips two clock reads per poll.
+    let gauge = (jobs == 1).then(|| &ctx.polls[handoff.queue]);
+    let mut done = Vec::with_capacity(jobs);
     while let Some(job) = handoff.start_next() {
         let (id, lease, attempts) = (job.id, job.lease, (job.attempt, job.max_attempts));
-        let outcome = match handler.call(job) {
-            Ok(fut) => {
-                let fut = Timed { fut, gauge };
-                outcome_of(attempts, run_caught(fut).await, &ctx.retry)
+        let called = gauge.map(|_| Instant::now());
+        let outcome = match call_caught(|| handler.call(job)) {
+            Ok(Ok(fut)) => {
+                let result = match gauge {
+                    Some(gauge) => {
+                        let longest = Duration::ZERO;
+                        run_caught(Timed {
+                            fut,
+                            gauge,
+                            called,
+                            longest,
+                        })
+                        .await
+                    }
+                    None => run_caught(fut).await,
+                };
+                outcome_of(attempts, result, &ctx.retry)
             }
-            Err(error) => Outcome::DeadLetter { error },
+            Ok(Err(error)) => Outcome::DeadLetter { error },
+            Err(panic) => outcome_of(attempts, Err(panic), &ctx.retry),
         };
         let took = if timed {
             let now = Instant::now();
@@ -268,7 +310,25 @@ async fn run_batch(ctx: &PoolContext, queue: usize, jobs: Vec<Job>, since: Insta
     let QueueHandler::Batch(handler) = &ctx.handlers[queue] else {
         unreachable!("batches go to queues with a batch handler")
     };
-    let (fut, kept, bad) = handler.call(jobs);
+    let held: Vec<(JobId, LeaseId, (u32, u32))> = jobs
+        .iter()
+        .map(|j| (j.id, j.lease, (j.attempt, j.max_attempts)))
+        .collect();
+    let (fut, kept, bad) = match call_caught(|| handler.call(jobs)) {
+        Ok(called) => called,
+        Err(panic) => {
+            let took = since.elapsed() / (held.len().max(1) as u32);
+            return held
+                .into_iter()
+                .map(|(id, lease, attempts)| Done {
+                    id,
+                    lease,
+                    outcome: outcome_of(attempts, Err(panic.clone()), &ctx.retry),
+                    took,
+                })
+                .collect();
+        }
+    };
     let mut done = Vec::with_capacity(kept.len() + bad.len());
     for (job, error) in bad {
         done.push(Done {

@@ -19,14 +19,16 @@ pub struct WorkerStats {
     /// The size of each non-empty fetch, in order (the first [`SIZES_KEPT`]). On a pushed
     /// broker, the size of each batch handed to a handler (1 for a one-job handler).
     pub batch_sizes: Vec<u32>,
-    /// Jobs in each hand-off to a pool task, in order (the first [`SIZES_KEPT`]).
+    /// Jobs in each hand-off, in order (the first [`SIZES_KEPT`]).
     pub handoff_sizes: Vec<u32>,
-    /// Hand-offs to pool tasks made: each wakes a task, so jobs per hand-off says how
-    /// many jobs share that cost.
+    /// Hand-offs made. Each wakes a pool task, except those run on the event loop's own
+    /// task ([`inline_handoffs`](Self::inline_handoffs)), so jobs per hand-off says how
+    /// many jobs share a wake-up.
     pub handoffs: u64,
-    /// Of [`handoffs`](Self::handoffs), those run on the event loop's own task: one job
-    /// each, of a queue whose handlers hold the thread briefly per poll, where waking a
-    /// pool task would cost about as much as the job.
+    /// Of [`handoffs`](Self::handoffs), those run on the event loop's own task, in a pool
+    /// task's slot: one job each, of a queue whose handlers were timed holding the thread
+    /// less than 32 µs per poll, where waking a pool task would cost about as much as the
+    /// job.
     pub inline_handoffs: u64,
     /// Jobs whose handler is running now.
     pub running: usize,

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hopper_core::worker::POOL_KEEP_ALIVE;
-use hopper_core::{JobContext, QueueOptions, Worker, WorkerHandle, WorkerStats};
+use hopper_core::{JobContext, JobState, NewJob, QueueOptions, Worker, WorkerHandle, WorkerStats};
 use tokio::time::Instant;
 
 use super::support::{enqueue_n, memory, wait_for};
@@ -430,9 +430,13 @@ async fn once_its_polls_are_timed_brief_a_one_job_hand_off_runs_on_the_event_loo
 #[tokio::test(start_paused = true)]
 async fn a_handler_that_holds_the_thread_always_gets_a_pool_task() {
     // What a computing handler looks like on the paused clock: its first poll takes a
-    // millisecond. Every job of it goes to one of the four pool tasks.
+    // millisecond, and twenty brief ones follow. Every job of it goes to one of the four
+    // pool tasks.
     let (_, stats) = run_four_at_a_time(20, || async {
         tokio::time::advance(Duration::from_millis(1)).await;
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
         Ok(())
     })
     .await;
@@ -449,14 +453,15 @@ async fn a_handler_that_holds_the_thread_always_gets_a_pool_task() {
 #[tokio::test(start_paused = true)]
 async fn a_job_running_on_the_event_loop_is_released_when_the_grace_period_ends() {
     let (_, broker) = memory();
-    let ids = enqueue_n(&broker, "q", 2).await;
+    enqueue_n(&broker, "q", 2).await;
     let worker = Worker::builder(broker.clone())
         .queue(
             "q",
             QueueOptions::new().concurrency(2),
             |job: JobContext<u64>| async move {
-                // The first job's polls are timed brief; the second never finishes.
-                if job.payload == 1 {
+                // The first two start on pool tasks and time the queue's polls brief; the
+                // third, enqueued after them, runs on the event loop and never finishes.
+                if job.payload == 99 {
                     tokio::time::sleep(Duration::from_secs(3600)).await;
                 }
                 Ok(())
@@ -464,19 +469,94 @@ async fn a_job_running_on_the_event_loop_is_released_when_the_grace_period_ends(
         )
         .start()
         .unwrap();
-    wait_for(&worker, |s| s.completed == 1).await;
-    let third = enqueue_n(&broker, "q", 1).await;
-    let stats = wait_for(&worker, |s| s.completed == 2).await;
-    assert_eq!(
-        stats.inline_handoffs, 1,
-        "the third job ran on the event loop"
-    );
+    wait_for(&worker, |s| s.completed == 2).await;
+    let third = broker
+        .enqueue(vec![NewJob::json("q", &99u64).unwrap()])
+        .await
+        .unwrap()[0];
+    let stats = wait_for(&worker, |s| s.running == 1).await;
+    assert_eq!((stats.handoffs, stats.inline_handoffs), (3, 1));
     let t0 = Instant::now();
     let stats = worker.shutdown_with(Duration::from_secs(2)).await;
     assert_eq!(t0.elapsed(), Duration::from_secs(2));
     assert_eq!((stats.completed, stats.released), (2, 1));
-    assert!(broker.job(ids[0]).await.unwrap().is_none(), "acked");
-    assert!(broker.job(third[0]).await.unwrap().is_none(), "acked");
-    let rec = broker.job(ids[1]).await.unwrap().unwrap();
-    assert_eq!(rec.state, hopper_core::JobState::Pending);
+    let rec = broker.job(third).await.unwrap().unwrap();
+    assert_eq!(rec.state, JobState::Pending);
+    assert_eq!(rec.job.attempt, 0, "a released job is not charged");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_that_panics_before_its_first_await_fails_the_attempt_wherever_it_runs() {
+    let (_, broker) = memory();
+    let jobs = (0..6u64)
+        .map(|i| {
+            let mut job = NewJob::json("q", &i).unwrap();
+            job.max_attempts = 2;
+            job
+        })
+        .collect();
+    let ids = broker.enqueue(jobs).await.unwrap();
+    let worker = Worker::builder(broker.clone())
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(2),
+            |job: JobContext<u64>| {
+                // Job 0 panics on a pool task (the first hand-offs, before any poll was
+                // timed), job 3 on the event loop; both again on their retries.
+                assert!(job.payload % 3 != 0, "job {} refused", job.payload);
+                async {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    Ok(())
+                }
+            },
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 4 && s.dead == 2).await;
+    assert_eq!(stats.retried, 2);
+    // Eight hand-offs (six jobs, two retries): the first two on pool tasks, the rest on
+    // the event loop, both retries included.
+    assert_eq!((stats.handoffs, stats.inline_handoffs), (8, 6));
+    worker.shutdown().await;
+    for (i, id) in [(0, ids[0]), (3, ids[3])] {
+        let rec = broker.job(id).await.unwrap().unwrap();
+        assert_eq!(rec.state, JobState::Dead);
+        let error = rec.last_error.unwrap();
+        assert!(
+            error.contains(&format!("handler panicked: job {i} refused")),
+            "{error}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_on_the_event_loop_can_read_the_worker_stats() {
+    type Shared = Arc<Mutex<Option<Arc<WorkerHandle>>>>;
+    let (_, broker) = memory();
+    enqueue_n(&broker, "q", 8).await;
+    let handle: Shared = Arc::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (h, saw) = (handle.clone(), seen.clone());
+    let worker = Worker::builder(broker)
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(2),
+            move |_job: JobContext<u64>| {
+                let (h, saw) = (h.clone(), saw.clone());
+                async move {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    let worker = h.lock().unwrap().clone().unwrap();
+                    saw.lock().unwrap().push(worker.stats().completed);
+                    Ok(())
+                }
+            },
+        )
+        .start()
+        .unwrap();
+    let worker = Arc::new(worker);
+    *handle.lock().unwrap() = Some(worker.clone());
+    let stats = wait_for(&worker, |s| s.completed == 8).await;
+    // Six of the eight ran on the event loop and read the stats from there.
+    assert_eq!(stats.inline_handoffs, 6);
+    assert_eq!(*seen.lock().unwrap(), [0, 0, 2, 2, 4, 4, 6, 6]);
 }
