@@ -387,26 +387,35 @@ impl EventLoop {
             while let Some(Some(more)) = self.inline.next().now_or_never() {
                 ran.push(more);
             }
-            let stats = self.stats.clone();
-            let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
-            // An aborted one (`Err`) had its jobs released when the grace period ended.
-            for (task, (done, elapsed)) in ran.drain(..).flatten() {
-                self.task_done(task, done, elapsed, &mut st);
-            }
-            self.ran = ran;
-            match woke {
-                Some(Woke::Event(None)) => break,
-                Some(Woke::Event(Some(ev))) => {
-                    self.handle(ev, &mut st);
-                    for _ in 0..1024 {
-                        match self.rx.try_recv() {
-                            Ok(ev) => self.handle(ev, &mut st),
-                            Err(_) => break,
-                        }
+            let ran_here = ran.len();
+            {
+                let stats = self.stats.clone();
+                let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
+                // An aborted one (`Err`) had its jobs released when the grace period ended.
+                for (task, (done, elapsed)) in ran.drain(..).flatten() {
+                    self.task_done(task, done, elapsed, &mut st);
+                }
+                self.ran = ran;
+                match woke {
+                    Some(Woke::Event(None)) => break,
+                    Some(Woke::Event(Some(ev))) => self.handle(ev, &mut st),
+                    Some(Woke::Signal) => self.undrain(),
+                    Some(Woke::Inline(_) | Woke::Timer) | None => {}
+                }
+                // The events waiting go in on every pass, whatever woke it: hand-offs that
+                // finish on this task would otherwise win the biased select every time, and
+                // commands (a stop, a pause) would wait for the backlog to run out.
+                for _ in 0..1024 {
+                    match self.rx.try_recv() {
+                        Ok(ev) => self.handle(ev, &mut st),
+                        Err(_) => break,
                     }
                 }
-                Some(Woke::Signal) => self.undrain(),
-                Some(Woke::Inline(_) | Woke::Timer) | None => {}
+            }
+            // Each job run here counts against this task's cooperative budget, so a
+            // backlog of brief jobs does not keep the runtime's other tasks from their turn.
+            for _ in 0..ran_here {
+                tokio::task::consume_budget().await;
             }
         }
         // Dropping a task's sender ends it.

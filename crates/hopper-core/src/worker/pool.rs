@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -115,9 +116,9 @@ pub(crate) struct Done {
 /// longest poll of recent jobs. A poll longer than the figure raises it at once; each job
 /// that finishes then lowers it to the larger of its own longest poll and 70% of the
 /// figure, so one long poll counts in full for its job and fades over the next dozen
-/// jobs. None until a poll was timed. Written by whichever task polls (a lost update
-/// among tasks only delays it by a poll); the event loop reads it to decide where the next
-/// one-job hand-off runs.
+/// jobs. None until a poll was timed. Written by whichever task polls, with plain loads
+/// and stores: a raise that another task's write covers comes back when the next long
+/// poll ends. The event loop reads it to decide where the next one-job hand-off runs.
 #[derive(Debug)]
 pub(crate) struct PollGauge(AtomicU64);
 
@@ -178,8 +179,13 @@ impl<F: Future + Unpin> Future for Timed<'_, F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let started = self.called.take().unwrap_or_else(Instant::now);
-        let out = Pin::new(&mut self.fut).poll(cx);
+        let polled = catch_unwind(AssertUnwindSafe(|| Pin::new(&mut self.fut).poll(cx)));
         let took = started.elapsed();
+        let out = polled.unwrap_or_else(|panic| {
+            // A poll that computed and then panicked still counts.
+            self.gauge.polled(took);
+            resume_unwind(panic)
+        });
         self.gauge.polled(took);
         self.longest = self.longest.max(took);
         if out.is_ready() {
@@ -316,6 +322,9 @@ async fn run_batch(ctx: &PoolContext, queue: usize, jobs: Vec<Job>, since: Insta
         .collect();
     let (fut, kept, bad) = match call_caught(|| handler.call(jobs)) {
         Ok(called) => called,
+        // Every job of the batch fails this attempt, those whose payload did not decode
+        // too (the decoder's verdict went down with the panic; they are dead-lettered
+        // with it on their next attempt).
         Err(panic) => {
             let took = since.elapsed() / (held.len().max(1) as u32);
             return held

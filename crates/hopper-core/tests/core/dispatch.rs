@@ -430,8 +430,8 @@ async fn once_its_polls_are_timed_brief_a_one_job_hand_off_runs_on_the_event_loo
 #[tokio::test(start_paused = true)]
 async fn a_handler_that_holds_the_thread_always_gets_a_pool_task() {
     // What a computing handler looks like on the paused clock: its first poll takes a
-    // millisecond, and twenty brief ones follow. Every job of it goes to one of the four
-    // pool tasks.
+    // millisecond (`advance` ends it with a yield), and twenty-one brief ones follow.
+    // Every job of it goes to one of the four pool tasks.
     let (_, stats) = run_four_at_a_time(20, || async {
         tokio::time::advance(Duration::from_millis(1)).await;
         for _ in 0..20 {
@@ -559,4 +559,28 @@ async fn a_handler_on_the_event_loop_can_read_the_worker_stats() {
     // Six of the eight ran on the event loop and read the stats from there.
     assert_eq!(stats.inline_handoffs, 6);
     assert_eq!(*seen.lock().unwrap(), [0, 0, 2, 2, 4, 4, 6, 6]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loop_running_brief_jobs_itself_lets_other_tasks_run_and_hears_commands() {
+    let (_, broker) = memory();
+    enqueue_n(&broker, "a", 2000).await;
+    enqueue_n(&broker, "b", 2000).await;
+    let four = || QueueOptions::new().concurrency(4);
+    // Two queues: every hand-off is one job, and once the first are timed, every one runs
+    // on the event loop and finishes on its first poll.
+    let worker = Worker::builder(broker)
+        .queue("a", four(), noop)
+        .queue("b", four(), noop)
+        .start()
+        .unwrap();
+    while worker.stats().inline_handoffs < 100 {
+        tokio::task::yield_now().await;
+    }
+    let stats = worker.shutdown().await;
+    assert!(
+        stats.completed < 4000,
+        "the stop came mid-drain: {stats:#?}"
+    );
+    assert!(stats.released > 0, "buffered jobs handed back: {stats:#?}");
 }
