@@ -112,7 +112,9 @@ where
 {
     fn call(&self, job: Job) -> Result<BoxFuture<JobResult>, String> {
         match serde_json::from_slice::<T>(&job.payload) {
-            Ok(payload) => Ok(Box::pin((self.f)(JobContext { payload, job }))),
+            Ok(payload) => Ok(call_deferring_panic(|| {
+                (self.f)(JobContext { payload, job })
+            })),
             Err(e) => Err(format!("payload does not decode: {e}")),
         }
     }
@@ -137,7 +139,7 @@ where
                 Err(e) => bad.push((job, format!("payload does not decode: {e}"))),
             }
         }
-        (Box::pin((self.f)(good)), kept, bad)
+        (call_deferring_panic(|| (self.f)(good)), kept, bad)
     }
 }
 
@@ -149,10 +151,21 @@ pub(crate) async fn run_caught<F: Future>(fut: F) -> Result<F::Output, String> {
         .map_err(panic_message)
 }
 
-/// Calls a handler, turning a panic in its synchronous part (the closure's body before
-/// its first `.await`) into a failed attempt, as [`run_caught`] does for its future.
-pub(crate) fn call_caught<T>(call: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(AssertUnwindSafe(call)).map_err(panic_message)
+/// Calls a handler's closure. A panic in its body, before the future's first `.await`,
+/// becomes a future that panics with it when polled, so [`run_caught`] makes it a failed
+/// attempt as it does a panic in the future.
+fn call_deferring_panic<Fut>(call: impl FnOnce() -> Fut) -> BoxFuture<Fut::Output>
+where
+    Fut: Future + Send + 'static,
+{
+    match std::panic::catch_unwind(AssertUnwindSafe(call)) {
+        Ok(fut) => Box::pin(fut),
+        Err(panic) => Box::pin(rethrow(panic)),
+    }
+}
+
+async fn rethrow<T>(panic: Box<dyn std::any::Any + Send>) -> T {
+    std::panic::resume_unwind(panic)
 }
 
 fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {

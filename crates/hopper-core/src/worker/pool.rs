@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::event_loop::Event;
-use super::handler::{ErrorKind, JobResult, QueueHandler, call_caught, run_caught};
+use super::handler::{ErrorKind, JobResult, QueueHandler, run_caught};
 use crate::broker::Outcome;
 use crate::job::{Job, JobId, LeaseId};
 use crate::retry::RetryPolicy;
@@ -174,6 +174,17 @@ struct Timed<'a, F> {
     longest: Duration,
 }
 
+impl<'a, F> Timed<'a, F> {
+    fn new(fut: F, gauge: &'a PollGauge, called: Instant) -> Self {
+        Timed {
+            fut,
+            gauge,
+            called: Some(called),
+            longest: Duration::ZERO,
+        }
+    }
+}
+
 impl<F: Future + Unpin> Future for Timed<'_, F> {
     type Output = F::Output;
 
@@ -181,12 +192,9 @@ impl<F: Future + Unpin> Future for Timed<'_, F> {
         let started = self.called.take().unwrap_or_else(Instant::now);
         let polled = catch_unwind(AssertUnwindSafe(|| Pin::new(&mut self.fut).poll(cx)));
         let took = started.elapsed();
-        let out = polled.unwrap_or_else(|panic| {
-            // A poll that computed and then panicked still counts.
-            self.gauge.polled(took);
-            resume_unwind(panic)
-        });
+        // A poll that computed and then panicked counts too.
         self.gauge.polled(took);
+        let out = polled.unwrap_or_else(|panic| resume_unwind(panic));
         self.longest = self.longest.max(took);
         if out.is_ready() {
             self.gauge.finished(self.longest);
@@ -273,26 +281,16 @@ async fn run_handoff(ctx: &PoolContext, handoff: &Handoff, mut since: Instant) -
     let mut done = Vec::with_capacity(jobs);
     while let Some(job) = handoff.start_next() {
         let (id, lease, attempts) = (job.id, job.lease, (job.attempt, job.max_attempts));
-        let called = gauge.map(|_| Instant::now());
-        let outcome = match call_caught(|| handler.call(job)) {
-            Ok(Ok(fut)) => {
-                let result = match gauge {
-                    Some(gauge) => {
-                        let longest = Duration::ZERO;
-                        run_caught(Timed {
-                            fut,
-                            gauge,
-                            called,
-                            longest,
-                        })
-                        .await
-                    }
+        let timing = gauge.map(|gauge| (gauge, Instant::now()));
+        let outcome = match handler.call(job) {
+            Ok(fut) => {
+                let result = match timing {
+                    Some((gauge, called)) => run_caught(Timed::new(fut, gauge, called)).await,
                     None => run_caught(fut).await,
                 };
                 outcome_of(attempts, result, &ctx.retry)
             }
-            Ok(Err(error)) => Outcome::DeadLetter { error },
-            Err(panic) => outcome_of(attempts, Err(panic), &ctx.retry),
+            Err(error) => Outcome::DeadLetter { error },
         };
         let took = if timed {
             let now = Instant::now();
@@ -316,28 +314,7 @@ async fn run_batch(ctx: &PoolContext, queue: usize, jobs: Vec<Job>, since: Insta
     let QueueHandler::Batch(handler) = &ctx.handlers[queue] else {
         unreachable!("batches go to queues with a batch handler")
     };
-    let held: Vec<(JobId, LeaseId, (u32, u32))> = jobs
-        .iter()
-        .map(|j| (j.id, j.lease, (j.attempt, j.max_attempts)))
-        .collect();
-    let (fut, kept, bad) = match call_caught(|| handler.call(jobs)) {
-        Ok(called) => called,
-        // Every job of the batch fails this attempt, those whose payload did not decode
-        // too (the decoder's verdict went down with the panic; they are dead-lettered
-        // with it on their next attempt).
-        Err(panic) => {
-            let took = since.elapsed() / (held.len().max(1) as u32);
-            return held
-                .into_iter()
-                .map(|(id, lease, attempts)| Done {
-                    id,
-                    lease,
-                    outcome: outcome_of(attempts, Err(panic.clone()), &ctx.retry),
-                    took,
-                })
-                .collect();
-        }
-    };
+    let (fut, kept, bad) = handler.call(jobs);
     let mut done = Vec::with_capacity(kept.len() + bad.len());
     for (job, error) in bad {
         done.push(Done {

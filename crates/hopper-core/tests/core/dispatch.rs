@@ -489,11 +489,7 @@ async fn a_job_running_on_the_event_loop_is_released_when_the_grace_period_ends(
 async fn a_handler_that_panics_before_its_first_await_fails_the_attempt_wherever_it_runs() {
     let (_, broker) = memory();
     let jobs = (0..6u64)
-        .map(|i| {
-            let mut job = NewJob::json("q", &i).unwrap();
-            job.max_attempts = 2;
-            job
-        })
+        .map(|i| two_attempts(NewJob::json("q", &i)))
         .collect();
     let ids = broker.enqueue(jobs).await.unwrap();
     let worker = Worker::builder(broker.clone())
@@ -583,4 +579,53 @@ async fn a_loop_running_brief_jobs_itself_lets_other_tasks_run_and_hears_command
         "the stop came mid-drain: {stats:#?}"
     );
     assert!(stats.released > 0, "buffered jobs handed back: {stats:#?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_handler_that_panics_before_its_first_await_fails_the_decoded_jobs_only() {
+    let (_, broker) = memory();
+    let jobs = vec![
+        two_attempts(NewJob::json("q", &1u64)),
+        two_attempts(NewJob::json("q", &"one")),
+    ];
+    let ids = broker.enqueue(jobs).await.unwrap();
+    let worker = Worker::builder(broker.clone())
+        .batch_queue(
+            "q",
+            QueueOptions::new()
+                .concurrency(1)
+                .batch(2, Duration::from_millis(50)),
+            |jobs: Vec<JobContext<u64>>| {
+                assert!(jobs.is_empty(), "batch of {} refused", jobs.len());
+                async { Vec::new() }
+            },
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.dead == 2).await;
+    worker.shutdown().await;
+    // The decoded job fails its attempt and is retried; the one that did not decode is
+    // dead-lettered at once with the decoder's error.
+    assert_eq!((stats.retried, stats.completed), (1, 0));
+    let panicked = broker.job(ids[0]).await.unwrap().unwrap();
+    assert_eq!(panicked.state, JobState::Dead);
+    let error = panicked.last_error.unwrap();
+    assert!(
+        error.contains("handler panicked: batch of 1 refused"),
+        "{error}"
+    );
+    let undecoded = broker.job(ids[1]).await.unwrap().unwrap();
+    assert_eq!(
+        undecoded.job.attempt, 1,
+        "dead-lettered on its first attempt"
+    );
+    let error = undecoded.last_error.unwrap();
+    assert!(error.contains("payload does not decode"), "{error}");
+}
+
+/// `job`, dead-lettered after its second failed attempt.
+fn two_attempts(job: hopper_core::Result<NewJob>) -> NewJob {
+    let mut job = job.unwrap();
+    job.max_attempts = 2;
+    job
 }
