@@ -49,8 +49,6 @@ const IDLE_HORIZON: Duration = Duration::from_secs(3600);
 type Asked = Vec<(usize, usize)>;
 /// Work running on the event loop's own task ([`INLINE_POLL_LIMIT`]).
 type InlineWork = Pin<Box<dyn Future<Output = InlineRan> + Send>>;
-/// A settlement round trip's result, the batch sent, and each settlement's queue.
-type SettleReply = (Result<SettleReport>, Vec<Settlement>, Vec<Option<usize>>);
 
 pub(crate) enum Event {
     Command(Command),
@@ -205,8 +203,6 @@ pub(crate) struct EventLoop {
     stopping: Option<Stopping>,
     /// A fetch that completed as it was sent (an in-process broker), not yet taken in.
     fetched_now: Option<(Result<Fetched>, Asked)>,
-    /// A settlement that completed as it was sent, not yet taken in.
-    settled_now: Option<SettleReply>,
     /// Something this pass did (a fetch taken in at once) calls for another pass before
     /// the loop waits.
     step_again: bool,
@@ -316,7 +312,6 @@ impl EventLoop {
             rotate: 0,
             stopping: None,
             fetched_now: None,
-            settled_now: None,
             step_again: false,
             inline: FuturesUnordered::new(),
             ran: Vec::new(),
@@ -561,10 +556,7 @@ impl EventLoop {
             self.fetched(result, asked, st);
             self.step_again = true;
         }
-        self.maybe_settle(now);
-        if let Some((result, batch, queues)) = self.settled_now.take() {
-            self.settled(result, batch, queues, st);
-        }
+        self.maybe_settle(now, st);
         self.maybe_renew(now);
         self.shrink_pool(now);
         if self.next_poll.is_none() && self.queues.iter().any(|q| q.drained) {
@@ -999,7 +991,7 @@ impl EventLoop {
         });
     }
 
-    fn maybe_settle(&mut self, now: Instant) {
+    fn maybe_settle(&mut self, now: Instant, st: &mut WorkerStats) {
         if self.settles.is_empty()
             || self.settle_in_flight.is_some()
             || self.settle_retry_at.is_some_and(|t| t > now)
@@ -1030,7 +1022,7 @@ impl EventLoop {
             // a small window the server waits on each of them.
             let mut cx = Context::from_waker(Waker::noop());
             if let Poll::Ready(result) = settle.as_mut().poll(&mut cx) {
-                self.settled_now = Some((result, batch, queues));
+                self.settled(result, batch, queues, st);
                 return;
             }
         }
@@ -1340,10 +1332,7 @@ impl EventLoop {
         if !self.pushed || !self.window_starved() {
             return;
         }
-        self.maybe_settle(Instant::now());
-        if let Some((result, batch, queues)) = self.settled_now.take() {
-            self.settled(result, batch, queues, st);
-        }
+        self.maybe_settle(Instant::now(), st);
     }
 
     /// The index of the queue named `name`, if this worker works it.
