@@ -536,9 +536,10 @@ fn bench_runs_the_asked_rabbitmq_windows_only() {
     assert_eq!(r["jobs"], 1000, "{r}");
     assert!(r["raw_per_s"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["hopper_per_s"].as_f64().unwrap() > 0.0, "{r}");
-    // A pushed broker counts each job handed to a one-job handler as a fetch. Acks go out grouped: once half the
-    // window (five) awaits them, or when the 2 ms settle delay runs out first, as it may
-    // when the process is descheduled on a busy machine; never one per delivery.
+    // A pushed broker counts each job handed to a one-job handler as a fetch. Acks go out
+    // grouped: once half the window (five) awaits them, or when the 2 ms settle delay runs
+    // out first, as it may when the process is descheduled on a busy machine; never one
+    // per delivery.
     assert_eq!(r["fetches_per_1k"].as_f64().unwrap(), 1000.0, "{r}");
     let settles = r["settles_per_1k"].as_f64().unwrap();
     assert!((1.0..500.0).contains(&settles), "{r}");
