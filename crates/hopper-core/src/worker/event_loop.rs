@@ -974,10 +974,12 @@ impl EventLoop {
         self.fetch_in_flight = true;
         let broker = self.broker.clone();
         let mut fetch = Box::pin(async move { broker.fetch(request).await });
-        if self.in_process {
+        if self.in_process || self.pushed {
             // An in-process fetch is a few map operations under a lock and returns on its
-            // first poll: taking its result here spares a task, two wake-ups and a pass of
-            // the loop per fetch, during which the slots would drain.
+            // first poll, and so does a pushed broker's, which takes from what the server
+            // already pushed: taking its result here spares a task, two wake-ups and a pass
+            // of the loop per fetch, during which the slots would drain (and, at a small
+            // window, the server would wait on the acknowledgements that follow).
             let mut cx = Context::from_waker(Waker::noop());
             if let Poll::Ready(result) = fetch.as_mut().poll(&mut cx) {
                 self.fetched_now = Some((result, asked));
