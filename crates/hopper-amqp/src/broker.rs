@@ -421,15 +421,16 @@ impl AmqpBroker {
                             tag,
                             delay,
                             error,
-                            held.job.clone(),
+                            held.copy.to_job(&sub.queue),
                             held.message_id.clone(),
                         ));
                     }
                     Outcome::DeadLetter { error } => {
                         match self.inner.topology.dead_letter_target(&sub.queue) {
                             Some((exchange, routing_key)) => {
+                                let job = held.copy.to_job(&sub.queue);
                                 let props = wire::copy_properties(
-                                    &held.job,
+                                    &job,
                                     held.message_id.as_deref(),
                                     None,
                                     &error,
@@ -448,7 +449,7 @@ impl AmqpBroker {
                                     Outgoing {
                                         exchange,
                                         routing_key,
-                                        payload: held.job.payload.clone(),
+                                        payload: job.payload,
                                         properties: props,
                                     },
                                     true,

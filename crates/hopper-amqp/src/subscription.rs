@@ -16,7 +16,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use futures_util::{FutureExt, StreamExt};
-use hopper_core::{Job, Result};
+use hopper_core::{Job, JobCopy, Result};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
@@ -158,7 +158,7 @@ impl Subscription {
     /// once.
     fn push_all(&self, deliveries: Vec<Delivery>, generation: u64, wake: &watch::Sender<u64>) {
         let at = now_ms();
-        let decoded: Vec<(u64, Held)> = deliveries
+        let decoded: Vec<(u64, Job, Held)> = deliveries
             .into_iter()
             .map(|delivery| {
                 let tag = delivery.delivery_tag;
@@ -168,7 +168,11 @@ impl Subscription {
                     .as_ref()
                     .map(|m| m.as_str().to_owned());
                 let job = wire::decode(delivery, &self.queue, generation, self.kind, at);
-                (tag, Held { job, message_id })
+                let held = Held {
+                    copy: JobCopy::new(&job),
+                    message_id,
+                };
+                (tag, job, held)
             })
             .collect();
         {
@@ -176,8 +180,8 @@ impl Subscription {
             if st.generation != generation {
                 return; // stragglers of a channel already replaced
             }
-            for (tag, held) in decoded {
-                st.buffer.push_back(held.job.clone());
+            for (tag, job, held) in decoded {
+                st.buffer.push_back(job);
                 st.unsettled.insert(tag, held);
             }
         }

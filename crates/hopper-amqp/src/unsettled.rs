@@ -11,12 +11,13 @@
 
 use std::collections::VecDeque;
 
-use hopper_core::Job;
+use hopper_core::JobCopy;
 
-/// A delivery this process holds unsettled: what a retry or dead-letter copy needs.
+/// A delivery this process holds unsettled: what a retry or dead-letter copy needs. The
+/// copy leaves the queue's name to the subscription, and keeps a small payload inline.
 #[derive(Debug)]
 pub(crate) struct Held {
-    pub(crate) job: Job,
+    pub(crate) copy: JobCopy,
     pub(crate) message_id: Option<String>,
 }
 
@@ -119,7 +120,7 @@ mod tests {
         let mut job = hopper_testkit::helpers::job(mark as i64, Vec::new());
         job.priority = mark as i32;
         Held {
-            job,
+            copy: JobCopy::new(&job),
             message_id: None,
         }
     }
@@ -140,15 +141,19 @@ mod tests {
             u.insert(tag, held(tag));
         }
         assert_eq!((u.len(), u.lowest()), (5, Some(1)));
-        assert_eq!(u.remove(3).map(|h| h.job.priority), Some(3));
-        assert_eq!(u.remove(3).map(|h| h.job.priority), None, "settled once");
+        assert_eq!(u.remove(3).map(|h| h.copy.meta().priority), Some(3));
+        assert_eq!(
+            u.remove(3).map(|h| h.copy.meta().priority),
+            None,
+            "settled once"
+        );
         assert_eq!((u.len(), u.lowest()), (4, Some(1)));
         u.remove(1);
         assert_eq!(u.lowest(), Some(2));
         u.remove(2);
         assert_eq!(u.lowest(), Some(4), "past the settled 3");
         assert_eq!(tags(&u), vec![4, 5]);
-        assert_eq!(u.get(5).map(|h| h.job.priority), Some(5));
+        assert_eq!(u.get(5).map(|h| h.copy.meta().priority), Some(5));
         assert!(u.get(2).is_none() && u.get(6).is_none() && u.get(0).is_none());
         u.remove(5);
         u.remove(4);
@@ -177,7 +182,7 @@ mod tests {
             "a settled tag in the middle, held again, counts again"
         );
         u.remove(11);
-        assert_eq!(u.get(10).map(|h| h.job.priority), Some(100));
+        assert_eq!(u.get(10).map(|h| h.copy.meta().priority), Some(100));
         u.remove(13);
         assert_eq!(u.slots.len(), 2, "no empty slot kept past the highest tag");
         u.clear();
@@ -194,7 +199,7 @@ mod tests {
             u.insert(tag, held(tag));
             if tag > 101 {
                 assert_eq!(
-                    u.remove(tag - 100).map(|h| h.job.priority),
+                    u.remove(tag - 100).map(|h| h.copy.meta().priority),
                     Some((tag - 100) as i32)
                 );
             }
@@ -221,7 +226,7 @@ mod tests {
         }
         assert_eq!(u.lowest(), Some(1));
         for tag in 99_902..=100_001u64 {
-            assert_eq!(u.get(tag).map(|h| h.job.priority), Some(tag as i32));
+            assert_eq!(u.get(tag).map(|h| h.copy.meta().priority), Some(tag as i32));
         }
         assert!(u.get(50_000).is_none() && u.remove(50_000).is_none());
         u.remove(1);

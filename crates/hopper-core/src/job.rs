@@ -6,6 +6,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
+use smallvec::SmallVec;
 
 use crate::error::{ConfigError, Error};
 
@@ -264,5 +265,105 @@ impl Job {
     /// Whether this attempt is the last one allowed.
     pub fn is_last_attempt(&self) -> bool {
         self.attempt >= self.max_attempts
+    }
+}
+
+/// A broker's copy of a job it handed out, kept for when the job comes back: a retry, a
+/// dead letter, an expired lease. The queue's name is left to the holder, which knows it,
+/// and a payload of up to [`JobCopy::INLINE`] bytes is kept inline, so copying a small job
+/// allocates nothing. A broker copies every job it hands out; an allocation and a free per
+/// job there cost a memory drain about a fifth of its rate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobCopy {
+    /// The job, its `queue` and `payload` left empty.
+    job: Job,
+    payload: SmallVec<[u8; JobCopy::INLINE]>,
+}
+
+impl JobCopy {
+    /// Payload bytes kept without an allocation of their own.
+    pub const INLINE: usize = 64;
+
+    /// A copy of `job`.
+    pub fn new(job: &Job) -> Self {
+        JobCopy {
+            job: Job {
+                id: job.id,
+                queue: String::new(),
+                payload: Vec::new(),
+                priority: job.priority,
+                run_at: job.run_at,
+                attempt: job.attempt,
+                max_attempts: job.max_attempts,
+                headers: job.headers.clone(),
+                created_at: job.created_at,
+                lease: job.lease,
+            },
+            payload: SmallVec::from_slice(&job.payload),
+        }
+    }
+
+    /// Everything but the queue and the payload, which are empty here.
+    pub fn meta(&self) -> &Job {
+        &self.job
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The whole job again, in `queue`.
+    pub fn to_job(&self, queue: &str) -> Job {
+        Job {
+            queue: queue.to_owned(),
+            payload: self.payload.to_vec(),
+            ..self.job.clone()
+        }
+    }
+
+    /// The whole job again, in `queue`, without copying the payload a second time when it
+    /// was too long to keep inline.
+    pub fn into_job(self, queue: &str) -> Job {
+        Job {
+            queue: queue.to_owned(),
+            payload: self.payload.into_vec(),
+            ..self.job
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(payload: Vec<u8>) -> Job {
+        Job {
+            id: JobId(7),
+            queue: "emails".into(),
+            payload,
+            priority: 3,
+            run_at: 1_000,
+            attempt: 2,
+            max_attempts: 5,
+            headers: BTreeMap::from([("k".to_owned(), "v".to_owned())]),
+            created_at: 900,
+            lease: LeaseId(11),
+        }
+    }
+
+    /// A payload at the inline limit and one past it both come back whole, with every
+    /// other field, in the queue the holder names.
+    #[test]
+    fn a_copy_gives_the_whole_job_back() {
+        for len in [0, JobCopy::INLINE, JobCopy::INLINE + 1] {
+            let original = job((0..len).map(|i| i as u8).collect());
+            let copy = JobCopy::new(&original);
+            assert_eq!(copy.payload(), &original.payload[..]);
+            assert_eq!((copy.meta().id, copy.meta().lease), (JobId(7), LeaseId(11)));
+            assert!(copy.meta().queue.is_empty() && copy.meta().payload.is_empty());
+            assert_eq!(copy.to_job("emails"), original);
+            assert_eq!(copy.into_job("emails"), original);
+        }
     }
 }

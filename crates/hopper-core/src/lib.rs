@@ -28,7 +28,7 @@ pub use broker::{
 };
 pub use clock::Clock;
 pub use error::{ConfigError, Error, Result};
-pub use job::{Job, JobId, LeaseId, Millis, NewJob, RunAt};
+pub use job::{Job, JobCopy, JobId, LeaseId, Millis, NewJob, RunAt};
 pub use memory::MemoryBroker;
 pub use prefetch::{AutoSizer, Prefetch};
 pub use retry::RetryPolicy;
