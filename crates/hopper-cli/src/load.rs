@@ -114,7 +114,7 @@ struct Report {
 /// How many jobs of one stripe of [`STRIPE`] consecutive indexes ran at least once, on a
 /// cache line of its own. A hand-off carries consecutive indexes, so handlers on two
 /// threads count in different stripes; one counter for every job was a line bounced
-/// between the cores on each job, a tenth of a memory drain's time.
+/// between the cores on each job.
 #[repr(align(128))]
 struct Stripe(AtomicU32);
 
