@@ -27,7 +27,7 @@ use hopper::{Error, FetchRequest, JobContext, NewJob, QueueOptions, Result, Sett
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
-use crate::report::{cpu_us_per, percentile, process_cpu_s};
+use crate::report::{context_switches, cpu_us_per, percentile, process_cpu_s};
 
 /// Jobs per enqueue call when filling a raw baseline's backlog.
 const ENQUEUE_CHUNK: usize = 1000;
@@ -92,6 +92,8 @@ struct Row {
     peak_rss_mib: Option<f64>,
     /// CPU time of Hopper's process per job during the drain, in microseconds.
     cpu_us_per_job: Option<f64>,
+    /// Context switches of Hopper's process's threads per job during the drain.
+    switches_per_job: Option<f64>,
     note: String,
 }
 
@@ -106,6 +108,7 @@ struct LoadReport {
     settle_calls: u64,
     peak_rss_mib: Option<f64>,
     cpu_us_per_job: Option<f64>,
+    switches_per_job: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -325,14 +328,15 @@ async fn amqp_row(url: &str, jobs: usize, window: u16, rounds: usize) -> Result<
     // Interleaved rounds, medians kept: the broker, the raw consumer and Hopper share two
     // cores, and one run of either moves by about a third from one run to the next.
     let (mut each, mut grouped, mut hopper) = (Vec::new(), Vec::new(), Vec::new());
-    let mut raw_cpu = Vec::new();
+    let (mut raw_cpu, mut raw_switches) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         for (rates, ack_grouped) in [(&mut each, false), (&mut grouped, true)] {
             fill(&admin, &queue, jobs).await?;
-            let (rate, cpu) = raw_lapin(url, &queue, jobs, window, ack_grouped).await?;
-            rates.push(rate);
+            let raw = raw_lapin(url, &queue, jobs, window, ack_grouped).await?;
+            rates.push(raw.rate);
             if ack_grouped {
-                raw_cpu.extend(cpu);
+                raw_cpu.extend(raw.cpu_us);
+                raw_switches.extend(raw.switches);
             }
         }
         fill(&admin, &queue, jobs).await?;
@@ -351,21 +355,16 @@ async fn amqp_row(url: &str, jobs: usize, window: u16, rounds: usize) -> Result<
         paired_ratio(&hopper, &grouped),
         paired_ratio(&hopper, &each),
     );
-    let mut hopper_cpu: Vec<f64> = hopper.iter().filter_map(|r| r.cpu_us_per_job).collect();
-    let cpu = match (raw_cpu.is_empty(), hopper_cpu.is_empty()) {
-        (false, false) => format!(
-            "; client CPU µs/msg: raw {:.1}, Hopper {:.1}",
-            median(&mut raw_cpu),
-            median(&mut hopper_cpu)
-        ),
-        _ => String::new(),
-    };
+    let hopper_cpu = hopper.iter().filter_map(|r| r.cpu_us_per_job).collect();
+    let cpu = raw_beside_hopper("client CPU µs/msg", 1, raw_cpu, hopper_cpu);
+    let hopper_switches = hopper.iter().filter_map(|r| r.switches_per_job).collect();
+    let switches = raw_beside_hopper("context switches/msg", 2, raw_switches, hopper_switches);
     let mut row = median_row(hopper);
     let (each, grouped) = (median(&mut each), median(&mut grouped));
     row.raw_per_s = Some(grouped);
     row.note = format!(
         "medians of {rounds} interleaved rounds, ratios the median of each round's; \
-         raw: lapin, grouped acks; acking each {each:.0}/s (Hopper/that {paired_each:.2}){cpu}"
+         raw: lapin, grouped acks; acking each {each:.0}/s (Hopper/that {paired_each:.2}){cpu}{switches}"
     );
     row.ratio = Some(paired);
     drop(admin);
@@ -402,6 +401,24 @@ fn median_row(mut runs: Vec<Row>) -> Row {
     runs.swap_remove(runs.len() / 2)
 }
 
+/// `; {what}: raw R, Hopper H`, the medians of each side's runs to `decimals` places;
+/// nothing when either side has none (a system that does not report the figure).
+fn raw_beside_hopper(
+    what: &str,
+    decimals: usize,
+    mut raw: Vec<f64>,
+    mut hopper: Vec<f64>,
+) -> String {
+    if raw.is_empty() || hopper.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; {what}: raw {:.decimals$}, Hopper {:.decimals$}",
+        median(&mut raw),
+        median(&mut hopper)
+    )
+}
+
 /// `url` asking Hopper to declare the queues it uses.
 fn with_declare(url: &str) -> String {
     if url.contains("declare=") {
@@ -426,17 +443,28 @@ async fn fill(broker: &std::sync::Arc<dyn hopper::Broker>, queue: &str, jobs: us
     Ok(())
 }
 
+/// What one raw lapin drain measured.
+struct RawRun {
+    /// Messages a second.
+    rate: f64,
+    /// This process's CPU time per message (µs), where the system reports it.
+    cpu_us: Option<f64>,
+    /// Context switches of this process's threads per message, where the system reports
+    /// them.
+    switches: Option<f64>,
+}
+
 /// A plain lapin consumer: `basic.qos(window)`, decode each payload as a handler would,
 /// and ack it, each on its own or grouped with `multiple` once half the window waits.
-/// Returns its rate, and this process's CPU time per message while it ran (µs), where the
-/// system reports it: the bench process does nothing else meanwhile.
+/// The bench process does nothing else meanwhile, so its CPU time and context switches
+/// while the consumer runs are the consumer's.
 async fn raw_lapin(
     url: &str,
     queue: &str,
     jobs: usize,
     window: u16,
     grouped: bool,
-) -> Result<(f64, Option<f64>)> {
+) -> Result<RawRun> {
     use futures_util::StreamExt;
     use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
     let amqp = |what: &'static str| move |e: lapin::Error| Error::broker(what, e);
@@ -451,6 +479,7 @@ async fn raw_lapin(
         .await
         .map_err(amqp("basic.qos"))?;
     let cpu_before = process_cpu_s();
+    let switches_before = context_switches();
     let started = Instant::now();
     let mut consumer = ch
         .basic_consume(
@@ -481,9 +510,16 @@ async fn raw_lapin(
         }
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
-    let cpu = cpu_us_per(cpu_before, process_cpu_s(), n as u64);
+    let cpu_us = cpu_us_per(cpu_before, process_cpu_s(), n as u64);
+    let switches = switches_before
+        .zip(context_switches())
+        .map(|(a, b)| b.saturating_sub(a) as f64 / n.max(1) as f64);
     let _ = conn.close(200, "done".into()).await;
-    Ok((rate, cpu))
+    Ok(RawRun {
+        rate,
+        cpu_us,
+        switches,
+    })
 }
 
 async fn delete_queue(url: &str, queue: &str) -> Result<()> {
@@ -569,6 +605,7 @@ async fn hopper_load_with(
         settles_per_1k: Some(per_1k(report.settle_calls)),
         peak_rss_mib: report.peak_rss_mib,
         cpu_us_per_job: report.cpu_us_per_job,
+        switches_per_job: report.switches_per_job,
         ..Row::default()
     };
     Ok((row, jobs as f64 / report.enqueue_s.max(1e-9)))
@@ -823,6 +860,7 @@ mod tests {
             settles_per_1k: None,
             peak_rss_mib: None,
             cpu_us_per_job: None,
+            switches_per_job: None,
             note: String::new(),
         }
     }
@@ -835,6 +873,17 @@ mod tests {
         let hopper = [row(45.0, 1.0), row(27.0, 1.0), row(45.0, 1.0)];
         let raw = [50.0, 30.0, 31.0];
         assert!((paired_ratio(&hopper, &raw) - 0.9).abs() < 1e-9);
+    }
+
+    /// Each side's median, to the places asked; nothing when a side has no figure.
+    #[test]
+    fn raw_beside_hopper_gives_each_sides_median() {
+        let note = raw_beside_hopper("switches", 2, vec![1.5, 0.25, 3.0], vec![0.5, 0.75, 0.6]);
+        assert_eq!(note, "; switches: raw 1.50, Hopper 0.60");
+        let note = raw_beside_hopper("CPU", 1, vec![17.04], vec![18.21, 19.0, 18.0]);
+        assert_eq!(note, "; CPU: raw 17.0, Hopper 18.2");
+        assert_eq!(raw_beside_hopper("CPU", 1, vec![], vec![1.0]), "");
+        assert_eq!(raw_beside_hopper("CPU", 1, vec![1.0], vec![]), "");
     }
 
     /// The median run is kept whole: its rate and the figures measured with it.
