@@ -730,7 +730,13 @@ impl Broker for AmqpBroker {
                         .ok_or(Error::Closed("subscription"))?
                 }
             };
-            jobs.extend(sub.take(b.limit));
+            let taken = sub.take(b.limit);
+            // One queue, the usual case: its jobs are the fetch's, with no second vector.
+            if jobs.is_empty() {
+                jobs = taken;
+            } else {
+                jobs.extend(taken);
+            }
         }
         Ok(Fetched {
             lease: jobs.first().map_or(LeaseId(0), |j| j.lease),

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 use futures_util::future::{AbortHandle, Abortable, Aborted};
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
+use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
@@ -1192,7 +1193,8 @@ impl EventLoop {
             [(qi, _)] => Some(*qi),
             _ => None,
         };
-        let mut got = vec![0usize; self.queues.len()];
+        // Jobs per queue; most workers serve a few queues, so this costs no allocation.
+        let mut got: SmallVec<[usize; 8]> = smallvec::smallvec![0; self.queues.len()];
         match only {
             Some(qi) => got[qi] = fetched.jobs.len(),
             None => {
