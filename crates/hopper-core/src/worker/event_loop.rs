@@ -1213,9 +1213,6 @@ impl EventLoop {
             if got[qi] < n {
                 q.drained = true;
             }
-            if got[qi] > 0 {
-                push_size(&mut queue_stats(st, &q.name).fetch_sizes, got[qi]);
-            }
         }
         if let Some(due) = fetched.next_due {
             let wait = (due - to_millis(SystemTime::now())).clamp(0, i64::MAX) as u64;
@@ -1257,9 +1254,15 @@ impl EventLoop {
         if self.pushed {
             self.size_pushed_windows(&asked, &got);
         }
-        for q in &self.queues {
+        // Only a fetch adds to what a queue holds, so only the queues it served can have
+        // reached a new peak.
+        for (q, &got) in self.queues.iter().zip(&got) {
+            if got == 0 {
+                continue;
+            }
             let held = q.buffer.len() + q.in_handoffs;
             let qs = queue_stats(st, &q.name);
+            push_size(&mut qs.fetch_sizes, got);
             qs.peak_held = qs.peak_held.max(held);
         }
     }
