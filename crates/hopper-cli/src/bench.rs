@@ -27,7 +27,7 @@ use hopper::{Error, FetchRequest, JobContext, NewJob, QueueOptions, Result, Sett
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
-use crate::report::{context_switches, cpu_us_per, percentile, process_cpu_s};
+use crate::report::{context_switches, cpu_us_per, percentile, process_cpu_s, switches_per};
 
 /// Jobs per enqueue call when filling a raw baseline's backlog.
 const ENQUEUE_CHUNK: usize = 1000;
@@ -511,9 +511,7 @@ async fn raw_lapin(
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
     let cpu_us = cpu_us_per(cpu_before, process_cpu_s(), n as u64);
-    let switches = switches_before
-        .zip(context_switches())
-        .map(|(a, b)| b.saturating_sub(a) as f64 / n.max(1) as f64);
+    let switches = switches_per(switches_before, context_switches(), n as u64);
     let _ = conn.close(200, "done".into()).await;
     Ok(RawRun {
         rate,

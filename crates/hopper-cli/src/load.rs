@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 
 use crate::report::{
     context_switches, cpu_us_per, peak_rss_mib, percentile, process_cpu_s, run_lengths,
+    switches_per,
 };
 
 /// Jobs per enqueue call: one round trip each.
@@ -342,9 +343,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         inline_handoffs: all_stats.iter().map(|s| s.inline_handoffs).sum(),
         peak_rss_mib: peak_rss_mib(),
         cpu_us_per_job: cpu_us_per(cpu_before, cpu_after, completed),
-        switches_per_job: switches_before
-            .zip(switches_after)
-            .map(|(a, b)| b.saturating_sub(a) as f64 / completed.max(1) as f64),
+        switches_per_job: switches_per(switches_before, switches_after, completed),
     };
     if args.json {
         println!(

@@ -67,6 +67,14 @@ pub fn cpu_us_per(before: Option<f64>, after: Option<f64>, items: u64) -> Option
         .map(|(a, b)| (b - a) * 1e6 / items.max(1) as f64)
 }
 
+/// Context switches per item between two [`context_switches`] readings, over `items`;
+/// `None` where the system reports none.
+pub fn switches_per(before: Option<u64>, after: Option<u64>, items: u64) -> Option<f64> {
+    before
+        .zip(after)
+        .map(|(a, b)| b.saturating_sub(a) as f64 / items.max(1) as f64)
+}
+
 /// `utime + stime` of a `/proc/PID/stat` line, in seconds. The command name (field 2) may
 /// hold spaces and parentheses, so fields are counted from the last `)`.
 fn cpu_s_of_stat(stat: &str) -> Option<f64> {
@@ -100,6 +108,18 @@ mod tests {
         }
         let after = context_switches().expect("read once");
         assert!(after >= before + 3, "{before} then {after}");
+    }
+
+    #[test]
+    fn switches_are_counted_per_item() {
+        assert_eq!(switches_per(Some(100), Some(150), 20), Some(2.5));
+        assert_eq!(
+            switches_per(Some(7), Some(9), 0),
+            Some(2.0),
+            "no items: per one"
+        );
+        assert_eq!(switches_per(None, Some(9), 4), None);
+        assert_eq!(switches_per(Some(7), None, 4), None);
     }
 
     #[test]
