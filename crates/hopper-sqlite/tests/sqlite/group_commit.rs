@@ -1,9 +1,10 @@
-//! Commands that share a transaction: one failing is rolled back alone.
+//! Commands that share a transaction: one failing is rolled back alone; and a thread that
+//! sleeps between commands.
 
 use std::time::Duration;
 
-use hopper_core::{Broker, FetchRequest, NewJob, QueueCounts};
-use hopper_sqlite::SqliteBroker;
+use hopper_core::{Broker, FetchRequest, NewJob, QueueCounts, Settlement};
+use hopper_sqlite::{SqliteBroker, SqliteOptions};
 
 use super::support::TempDb;
 
@@ -50,4 +51,42 @@ async fn a_failing_command_is_rolled_back_alone() {
         "the failed claim left its job pending"
     );
     assert_eq!(broker.counts("good").await.unwrap().pending, 45);
+}
+
+/// With `spin_wait` zero the thread sleeps between every two commands: each call, sent
+/// together or one after another, still runs once and is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_that_never_spins_answers_every_call() {
+    let db = TempDb::new("nospin");
+    let options = SqliteOptions::default().spin_wait(Duration::ZERO);
+    let broker = SqliteBroker::open_with(db.path(), options).await.unwrap();
+    let mut calls = Vec::new();
+    for i in 0..40 {
+        let broker = broker.clone();
+        calls.push(tokio::spawn(async move {
+            broker
+                .enqueue(vec![NewJob::new("q", format!("{i}"))])
+                .await
+                .unwrap()
+        }));
+    }
+    for call in calls {
+        call.await.unwrap();
+    }
+    // One after another: every fetch finds the thread asleep.
+    let mut taken = 0;
+    for _ in 0..15 {
+        let fetched = broker
+            .fetch(FetchRequest::one("q", 3, Duration::from_secs(30)))
+            .await
+            .unwrap();
+        let settlements: Vec<Settlement> = fetched.jobs.iter().map(Settlement::ack).collect();
+        taken += fetched.jobs.len();
+        assert_eq!(
+            broker.settle(settlements).await.unwrap().applied,
+            fetched.jobs.len()
+        );
+    }
+    assert_eq!(taken, 40);
+    assert_eq!(broker.counts("q").await.unwrap(), QueueCounts::default());
 }
