@@ -548,7 +548,7 @@ impl AmqpBroker {
                 {
                     Ok(()) if known => own_dead = Some(dead_queue(&sub.queue)),
                     Ok(()) => {}
-                    Err(e) => tracing::error!(queue = %sub.queue, error = %e,
+                    Err(e) => tracing::error!(queue = %sub.queue, error = %e.chain(),
                         "cannot declare the queue and its dead-letter queue again"),
                 }
             }
@@ -571,7 +571,7 @@ impl AmqpBroker {
                 match r.into_result() {
                     Ok(()) => acks.push((id, tag)),
                     Err(e) if dead && !retry_later => {
-                        tracing::error!(queue = %sub.queue, job = %id, error = %e,
+                        tracing::error!(queue = %sub.queue, job = %id, error = %e.chain(),
                             "dead-letter copy refused; rejecting the message instead");
                         // Only on the channel the batch was read against: after a
                         // reconnect the same tag names the new channel's delivery.

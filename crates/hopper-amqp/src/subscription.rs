@@ -485,7 +485,7 @@ async fn run(
             }
             Err(e) => {
                 sub.lose();
-                tracing::warn!(queue = %sub.queue, error = %e, retry_in = ?wait, "cannot subscribe");
+                tracing::warn!(queue = %sub.queue, error = %e.chain(), retry_in = ?wait, "cannot subscribe");
                 if let Some(tx) = ready.take() {
                     let _ = tx.send(Err(e));
                 }

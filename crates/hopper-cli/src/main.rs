@@ -83,7 +83,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", e.chain());
             ExitCode::FAILURE
         }
     }

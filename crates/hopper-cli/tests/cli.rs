@@ -233,6 +233,35 @@ fn bad_input_is_refused_by_name_and_hides_passwords() {
     );
 }
 
+/// A broker that fails says why, not only what it was doing: the driver's cause follows.
+#[test]
+fn a_broker_failure_is_printed_with_its_cause() {
+    let dir = std::env::temp_dir().join(format!("hopper-cli-missing-{}", std::process::id()));
+    let url = format!("sqlite://{}/jobs.db", dir.display());
+    let out = hopper(&["migrate", "--broker", &url]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "error: broker error: opening SQLite database `{}/jobs.db`: unable to open database file",
+            dir.display()
+        )),
+        "{err}"
+    );
+    let out = hopper(&[
+        "migrate",
+        "--broker",
+        "postgres://postgres@127.0.0.1:5432/hopper_no_such_database",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("database \"hopper_no_such_database\" does not exist"),
+        "{err}"
+    );
+    assert_eq!(err.matches("does not exist").count(), 1, "{err}");
+}
+
 /// The PostgreSQL server the tests use, with a schema of the test's own.
 fn postgres_url(schema: &str) -> String {
     let base = std::env::var("HOPPER_TEST_POSTGRES_URL")

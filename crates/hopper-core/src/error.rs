@@ -111,7 +111,74 @@ impl Error {
     pub fn is_broker(&self) -> bool {
         matches!(self, Error::Broker { .. })
     }
+
+    /// The error and every cause under it, for a log line or a message to a person:
+    /// `broker error: fetching jobs: database is locked`. The error's own `Display` gives
+    /// only its first part, as Rust errors do, so that printers walking
+    /// [`source`](std::error::Error::source) themselves do not repeat the causes.
+    pub fn chain(&self) -> Chain<'_> {
+        Chain(self)
+    }
+}
+
+/// An error with its causes, joined by `: ` ([`Error::chain`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut last = self.0.to_string();
+        f.write_str(&last)?;
+        let mut cause = self.0.source();
+        while let Some(e) = cause {
+            // Drivers often end their message with their cause's (sqlx: `error returned
+            // from database: <the server's message>`); that cause is not repeated.
+            let text = e.to_string();
+            if !last.ends_with(&text) {
+                write!(f, ": {text}")?;
+            }
+            last = text;
+            cause = e.source();
+        }
+        Ok(())
+    }
 }
 
 /// Short for `Result<T, hopper_core::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error whose own cause has a cause.
+    #[derive(Debug, thiserror::Error)]
+    #[error("the transaction carrying it failed")]
+    struct Outer(#[source] std::io::Error);
+
+    /// An error that ends its message with its cause's, as sqlx's do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("returned: {0}")]
+    struct Outer2(#[source] std::io::Error);
+
+    #[test]
+    fn a_chain_names_every_cause_once() {
+        let e = Error::broker("fetching jobs", Outer(std::io::Error::other("disk full")));
+        assert_eq!(e.to_string(), "broker error: fetching jobs");
+        assert_eq!(
+            e.chain().to_string(),
+            "broker error: fetching jobs: the transaction carrying it failed: disk full"
+        );
+        // A cause whose text ends its error's is not repeated.
+        let e = Error::broker(
+            "connecting",
+            Outer2(std::io::Error::other("database \"x\" does not exist")),
+        );
+        assert_eq!(
+            e.chain().to_string(),
+            "broker error: connecting: returned: database \"x\" does not exist"
+        );
+        let alone = Error::broker_msg("the SQLite thread stopped while opening");
+        assert_eq!(alone.chain().to_string(), alone.to_string());
+    }
+}

@@ -27,7 +27,7 @@ pub use broker::{
     Outcome, QueueCounts, SettleReport, Settlement,
 };
 pub use clock::Clock;
-pub use error::{ConfigError, Error, Result};
+pub use error::{Chain, ConfigError, Error, Result};
 pub use job::{Job, JobCopy, JobId, LeaseId, Millis, NewJob, RunAt};
 pub use memory::MemoryBroker;
 pub use prefetch::{AutoSizer, Prefetch};

@@ -428,7 +428,7 @@ impl EventLoop {
                 match tokio::time::timeout_at(closed_by, closing).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
-                        tracing::warn!(queue = %q.name, error = %e, "closing the subscription failed");
+                        tracing::warn!(queue = %q.name, error = %e.chain(), "closing the subscription failed");
                     }
                     Err(_) => {
                         tracing::warn!(queue = %q.name, waited = ?STOP_SETTLE_LIMIT, "closing the subscription did not finish; leaving it");
@@ -1072,7 +1072,7 @@ impl EventLoop {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, count = batch.len(), "settlement failed; retrying");
+                tracing::warn!(error = %e.chain(), count = batch.len(), "settlement failed; retrying");
                 let mut batch = batch;
                 batch.append(&mut self.settles);
                 self.settles = batch;
@@ -1138,7 +1138,7 @@ impl EventLoop {
                 q.subscribing = false;
                 q.subscribed = q.window_sent.is_some();
                 if let Err(e) = result {
-                    tracing::error!(queue = %q.name, error = %e, "subscribing failed");
+                    tracing::error!(queue = %q.name, error = %e.chain(), "subscribing failed");
                 }
             }
             Event::Renewed(result) => {
@@ -1155,7 +1155,7 @@ impl EventLoop {
                             }
                         }
                     }
-                    Err(e) => tracing::warn!(error = %e, "lease renewal failed; retrying"),
+                    Err(e) => tracing::warn!(error = %e.chain(), "lease renewal failed; retrying"),
                 }
             }
         }
@@ -1179,7 +1179,7 @@ impl EventLoop {
                 f
             }
             Err(e) => {
-                tracing::warn!(error = %e, retry_in = ?self.fetch_backoff, "fetch failed");
+                tracing::warn!(error = %e.chain(), retry_in = ?self.fetch_backoff, "fetch failed");
                 self.fetch_retry_at = Some(Instant::now() + self.fetch_backoff);
                 self.fetch_backoff = (self.fetch_backoff * 2).min(Duration::from_secs(5));
                 return;
