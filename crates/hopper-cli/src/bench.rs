@@ -69,7 +69,8 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000",
           value_parser = clap::value_parser!(u16).range(1..))]
     amqp_windows: Vec<u16>,
-    /// Interleaved rounds of the memory and RabbitMQ rows, whose medians are kept.
+    /// Interleaved rounds of the memory and RabbitMQ rows, whose medians are kept; the SQL
+    /// rows run at most three.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     rounds: u16,
     /// Print one JSON array instead of a table.
@@ -165,23 +166,25 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
             rows.push(finish(row));
         }
     }
+    // The SQL rows: up to three interleaved rounds each, the drains lasting seconds.
+    let sql_rounds = rounds.min(SQL_ROUNDS);
     if wants("sqlite") {
         let jobs = n(200_000);
         for batch in [100, 10] {
-            let url = format!("sqlite://{}/raw-{batch}.db", dir.display());
-            let raw = raw_broker_loop(&url, n(100_000), batch).await?;
-            let url = format!("sqlite://{}/hopper-{batch}.db", dir.display());
-            let (mut row, _) = hopper_load(
-                &url,
-                jobs,
-                batch,
-                batch,
-                &format!("sqlite drain, batch {batch}"),
+            // A file per run, so that no run inherits another's free pages or WAL.
+            let file = |what: &str, round: usize| {
+                format!("sqlite://{}/{what}-{batch}-{round}.db", dir.display())
+            };
+            let workload = format!("sqlite drain, batch {batch}");
+            let row = paired_rounds(
+                sql_rounds,
+                async |round| raw_broker_loop(&file("raw", round), n(100_000), batch).await,
+                async |round| {
+                    hopper_load(&file("hopper", round), jobs, batch, batch, &workload).await
+                },
             )
             .await?;
-            row.raw_per_s = Some(raw);
-            row.note = "raw: broker fetch+settle loop".into();
-            rows.push(finish(row));
+            rows.push(row.note("raw: broker fetch+settle loop", false));
         }
     }
     for (name, server, jobs, batches) in [
@@ -190,7 +193,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
     ] {
         if wants(name) {
             for &batch in batches {
-                rows.push(sql_drain(name, server, jobs, batch).await?);
+                rows.push(sql_drain(name, server, jobs, batch, sql_rounds).await?);
             }
         }
     }
@@ -272,16 +275,81 @@ async fn raw_mpsc(n: usize) -> f64 {
 
 /// A SQL server's drain at one batch size: the raw loop and then Hopper, each in a scratch
 /// schema or database of its own.
-async fn sql_drain(name: &str, server: &str, jobs: usize, batch: usize) -> Result<Row> {
-    let raw = Scratch::run(server, async |s| raw_broker_loop(&s.url, jobs, batch).await).await?;
+async fn sql_drain(
+    name: &str,
+    server: &str,
+    jobs: usize,
+    batch: usize,
+    rounds: usize,
+) -> Result<Row> {
     let workload = format!("{name} drain, batch {batch}");
-    let (mut row, enqueue) = Scratch::run(server, async |s| {
-        hopper_load(&s.url, jobs, batch, batch, &workload).await
-    })
+    let row = paired_rounds(
+        rounds,
+        async |_| Scratch::run(server, async |s| raw_broker_loop(&s.url, jobs, batch).await).await,
+        async |_| {
+            Scratch::run(server, async |s| {
+                hopper_load(&s.url, jobs, batch, batch, &workload).await
+            })
+            .await
+        },
+    )
     .await?;
-    row.raw_per_s = Some(raw);
-    row.note = format!("raw: broker fetch+settle loop; enqueue {enqueue:.0}/s");
-    Ok(finish(row))
+    Ok(row.note("raw: broker fetch+settle loop", true))
+}
+
+/// Rounds of the SQL rows: each drain lasts seconds, and a PostgreSQL or MySQL round of all
+/// its batch sizes most of a minute.
+const SQL_ROUNDS: usize = 3;
+
+/// `rounds` interleaved runs of a raw loop and of `hopper load` (each given its round):
+/// the median Hopper run beside the median raw rate, the ratio the median of each round's
+/// (see [`paired_ratio`]), and the median enqueue rate.
+async fn paired_rounds(
+    rounds: usize,
+    mut raw: impl AsyncFnMut(usize) -> Result<f64>,
+    mut hopper: impl AsyncFnMut(usize) -> Result<(Row, f64)>,
+) -> Result<Paired> {
+    let (mut raws, mut runs, mut enqueues) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        raws.push(raw(round).await?);
+        let (row, enqueue) = hopper(round).await?;
+        runs.push(row);
+        enqueues.push(enqueue);
+    }
+    let ratio = paired_ratio(&runs, &raws);
+    let mut row = median_row(runs);
+    row.raw_per_s = Some(median(&mut raws));
+    row.ratio = Some(ratio);
+    Ok(Paired {
+        row,
+        rounds,
+        enqueue: median(&mut enqueues),
+    })
+}
+
+/// A row from [`paired_rounds`], waiting for its note.
+struct Paired {
+    row: Row,
+    rounds: usize,
+    enqueue: f64,
+}
+
+impl Paired {
+    /// The row, its note saying how it was measured (`raw`), and the enqueue rate if
+    /// `enqueue`.
+    fn note(mut self, raw: &str, enqueue: bool) -> Row {
+        let rounds = match self.rounds {
+            1 => String::new(),
+            n => format!("medians of {n} interleaved rounds, ratio the median of each round's; "),
+        };
+        let enqueue = if enqueue {
+            format!("; enqueue {:.0}/s", self.enqueue)
+        } else {
+            String::new()
+        };
+        self.row.note = format!("{rounds}{raw}{enqueue}");
+        self.row
+    }
 }
 
 /// Fills a queue, then drains it with one loop of `fetch(batch)` and `settle` (acks).

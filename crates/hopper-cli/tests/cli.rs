@@ -540,6 +540,34 @@ fn bench_memory_rows_are_medians_of_rounds() {
     }
 }
 
+/// `hopper bench --only sqlite` pairs each of its rows' raw loops with a drain round by
+/// round: one claim per batch in every drain, the note naming the rounds when there is
+/// more than one.
+#[test]
+fn bench_sqlite_rows_pair_raw_and_hopper_rounds() {
+    for (rounds, note) in [
+        (
+            "2",
+            "medians of 2 interleaved rounds, ratio the median of each round's; \
+             raw: broker fetch+settle loop",
+        ),
+        ("1", "raw: broker fetch+settle loop"),
+    ] {
+        let rows = bench_json(&["--only", "sqlite", "--scale", "0.001", "--rounds", rounds]);
+        assert_eq!(
+            workloads(&rows),
+            ["sqlite drain, batch 100", "sqlite drain, batch 10"]
+        );
+        for (r, batch) in rows.iter().zip([100.0, 10.0]) {
+            assert_eq!(r["jobs"], 1000, "{r}");
+            assert!(r["raw_per_s"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
+            assert_eq!(r["fetches_per_1k"].as_f64(), Some(1000.0 / batch), "{r}");
+            assert_eq!(r["note"].as_str(), Some(note), "{r}");
+        }
+    }
+}
+
 /// `hopper bench --only amqp --amqp-windows 10` runs that one RabbitMQ row: the raw lapin
 /// consumer and Hopper each drain the whole backlog, the window's acks grouped (a settlement
 /// per half window at most). A window of 0 is refused by the flag's name.
