@@ -27,14 +27,16 @@ pub struct SqliteOptions {
     /// behind the others.
     pub group_commit_limit: usize,
     /// How long the database thread keeps checking for the next command, yielding its core
-    /// between checks, before it sleeps until one arrives. Default 250 µs; zero sleeps at
+    /// between checks, before it sleeps until one arrives. Default 500 µs; zero sleeps at
     /// once.
     ///
     /// While a worker drains a backlog, its next fetch or settlement arrives a few hundred
     /// microseconds after the last reply, and waking a thread that went to sleep costs
     /// about a hundred more on a virtual machine whose idle core halted. The thread checks
     /// only while commands come within this time of each other: after a longer wait it
-    /// sleeps at once, so a quiet broker spends it once, not after every command.
+    /// sleeps at once, so a quiet broker spends it once, not after every command. A worker
+    /// at batch 100 sends its next call 250–400 µs after the last reply; at 250 µs the
+    /// thread mostly slept anyway there (BENCHMARKS.md, twelfth session).
     pub spin_wait: Duration,
 }
 
@@ -44,7 +46,7 @@ impl Default for SqliteOptions {
             clock: Clock::System,
             busy_timeout: Duration::from_secs(5),
             group_commit_limit: 256,
-            spin_wait: Duration::from_micros(250),
+            spin_wait: Duration::from_micros(500),
         }
     }
 }
