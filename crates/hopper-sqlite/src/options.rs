@@ -31,12 +31,12 @@ pub struct SqliteOptions {
     /// once.
     ///
     /// While a worker drains a backlog, its next fetch or settlement arrives a few hundred
-    /// microseconds after the last reply, and waking a thread that went to sleep costs
-    /// about a hundred more on a virtual machine whose idle core halted. The thread checks
-    /// only while commands come within this time of each other: after a longer wait it
-    /// sleeps at once, so a quiet broker spends it once, not after every command. A worker
-    /// at batch 100 sends its next call 250–400 µs after the last reply; at 250 µs the
-    /// thread mostly slept anyway there (BENCHMARKS.md, twelfth session).
+    /// microseconds after the last reply, and waking a thread that went to sleep cost
+    /// about 80 µs more (p50) on a 2-vCPU virtual machine, whose idle core halts. The
+    /// thread checks only while commands come within this time of each other: after a
+    /// longer wait it sleeps at once, so a quiet broker spends it once, not after every
+    /// command. A worker at batch 100 sends its next call 250–400 µs after the last reply;
+    /// at 250 µs the thread mostly slept anyway there (BENCHMARKS.md, twelfth session).
     pub spin_wait: Duration,
 }
 
