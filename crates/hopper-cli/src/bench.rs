@@ -178,13 +178,14 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
             let workload = format!("sqlite drain, batch {batch}");
             let row = paired_rounds(
                 sql_rounds,
+                false,
                 async |round| raw_broker_loop(&file("raw", round), n(100_000), batch).await,
                 async |round| {
                     hopper_load(&file("hopper", round), jobs, batch, batch, &workload).await
                 },
             )
             .await?;
-            rows.push(row.note("raw: broker fetch+settle loop", false));
+            rows.push(row);
         }
     }
     for (name, server, jobs, batches) in [
@@ -283,8 +284,9 @@ async fn sql_drain(
     rounds: usize,
 ) -> Result<Row> {
     let workload = format!("{name} drain, batch {batch}");
-    let row = paired_rounds(
+    paired_rounds(
         rounds,
+        true,
         async |_| Scratch::run(server, async |s| raw_broker_loop(&s.url, jobs, batch).await).await,
         async |_| {
             Scratch::run(server, async |s| {
@@ -293,22 +295,23 @@ async fn sql_drain(
             .await
         },
     )
-    .await?;
-    Ok(row.note("raw: broker fetch+settle loop", true))
+    .await
 }
 
 /// Rounds of the SQL rows: each drain lasts seconds, and a PostgreSQL or MySQL round of all
 /// its batch sizes most of a minute.
 const SQL_ROUNDS: usize = 3;
 
-/// `rounds` interleaved runs of a raw loop and of `hopper load` (each given its round):
-/// the median Hopper run beside the median raw rate, the ratio the median of each round's
-/// (see [`paired_ratio`]), and the median enqueue rate.
+/// `rounds` interleaved runs of the raw broker loop and of `hopper load` (each given its
+/// round): the median Hopper run beside the median raw rate, the ratio the median of each
+/// round's (see [`paired_ratio`]). The note names the rounds when there are several and,
+/// with `show_enqueue`, gives the median enqueue rate.
 async fn paired_rounds(
     rounds: usize,
+    show_enqueue: bool,
     mut raw: impl AsyncFnMut(usize) -> Result<f64>,
     mut hopper: impl AsyncFnMut(usize) -> Result<(Row, f64)>,
-) -> Result<Paired> {
+) -> Result<Row> {
     let (mut raws, mut runs, mut enqueues) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         raws.push(raw(round).await?);
@@ -320,36 +323,17 @@ async fn paired_rounds(
     let mut row = median_row(runs);
     row.raw_per_s = Some(median(&mut raws));
     row.ratio = Some(ratio);
-    Ok(Paired {
-        row,
-        rounds,
-        enqueue: median(&mut enqueues),
-    })
-}
-
-/// A row from [`paired_rounds`], waiting for its note.
-struct Paired {
-    row: Row,
-    rounds: usize,
-    enqueue: f64,
-}
-
-impl Paired {
-    /// The row, its note saying how it was measured (`raw`), and the enqueue rate if
-    /// `enqueue`.
-    fn note(mut self, raw: &str, enqueue: bool) -> Row {
-        let rounds = match self.rounds {
-            1 => String::new(),
-            n => format!("medians of {n} interleaved rounds, ratio the median of each round's; "),
-        };
-        let enqueue = if enqueue {
-            format!("; enqueue {:.0}/s", self.enqueue)
-        } else {
-            String::new()
-        };
-        self.row.note = format!("{rounds}{raw}{enqueue}");
-        self.row
-    }
+    let rounds = match rounds {
+        1 => String::new(),
+        n => format!("medians of {n} interleaved rounds, ratio the median of each round's; "),
+    };
+    let enqueue = if show_enqueue {
+        format!("; enqueue {:.0}/s", median(&mut enqueues))
+    } else {
+        String::new()
+    };
+    row.note = format!("{rounds}raw: broker fetch+settle loop{enqueue}");
+    Ok(row)
 }
 
 /// Fills a queue, then drains it with one loop of `fetch(batch)` and `settle` (acks).

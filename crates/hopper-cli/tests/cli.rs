@@ -12,6 +12,13 @@ fn hopper(args: &[&str]) -> Output {
         .expect("the hopper binary runs")
 }
 
+/// Runs `hopper` with `args`, which must fail; what it printed on stderr.
+fn refused(args: &[&str]) -> String {
+    let out = hopper(args);
+    assert!(!out.status.success(), "hopper {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// A fresh SQLite URL in the temp directory, unique per test.
 fn sqlite_url(name: &str) -> (String, PathBuf) {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -184,9 +191,7 @@ fn the_demo_passes_on_the_embedded_default() {
 
 #[test]
 fn bad_input_is_refused_by_name_and_hides_passwords() {
-    let out = hopper(&["load", "--broker", "redis://app:s3cret@db/0", "--jobs", "1"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["load", "--broker", "redis://app:s3cret@db/0", "--jobs", "1"]);
     assert!(
         err.contains("invalid broker URL `redis://app:***@db/0`"),
         "{err}"
@@ -196,14 +201,12 @@ fn bad_input_is_refused_by_name_and_hides_passwords() {
         "postgres://app:s3cret@127.0.0.1:1/jobs",
         "mysql://app:s3cret@127.0.0.1:1/jobs",
     ] {
-        let out = hopper(&["load", "--broker", url, "--jobs", "1"]);
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = refused(&["load", "--broker", url, "--jobs", "1"]);
         assert!(err.contains("app:***@127.0.0.1:1/jobs"), "{err}");
         assert!(!err.contains("s3cret"), "{err}");
     }
 
-    let out = hopper(&[
+    let err = refused(&[
         "load",
         "--broker",
         "memory://",
@@ -212,11 +215,9 @@ fn bad_input_is_refused_by_name_and_hides_passwords() {
         "--prefetch",
         "eager",
     ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("invalid prefetch `eager`"), "{err}");
 
-    let out = hopper(&[
+    let err = refused(&[
         "load",
         "--broker",
         "memory://",
@@ -225,8 +226,6 @@ fn bad_input_is_refused_by_name_and_hides_passwords() {
         "--max-batch",
         "5000",
     ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("invalid max_batch of queue load `5000`: allowed: 1..=1000"),
         "{err}"
@@ -238,9 +237,7 @@ fn bad_input_is_refused_by_name_and_hides_passwords() {
 fn a_broker_failure_is_printed_with_its_cause() {
     let dir = std::env::temp_dir().join(format!("hopper-cli-missing-{}", std::process::id()));
     let url = format!("sqlite://{}/jobs.db", dir.display());
-    let out = hopper(&["migrate", "--broker", &url]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["migrate", "--broker", &url]);
     assert!(
         err.contains(&format!(
             "error: broker error: opening SQLite database `{}/jobs.db`: unable to open database file",
@@ -248,13 +245,11 @@ fn a_broker_failure_is_printed_with_its_cause() {
         )),
         "{err}"
     );
-    let out = hopper(&[
+    let err = refused(&[
         "migrate",
         "--broker",
         "postgres://postgres@127.0.0.1:5432/hopper_no_such_database",
     ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("database \"hopper_no_such_database\" does not exist"),
         "{err}"
@@ -284,9 +279,7 @@ fn drop_postgres_schema(schema: &str) {
 fn migrate_then_load_on_postgres() {
     let schema = format!("hopper_cli_{}", std::process::id());
     let url = postgres_url(&schema);
-    let out = hopper(&["load", "--broker", &url, "--jobs", "10"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["load", "--broker", &url, "--jobs", "10"]);
     assert!(
         err.contains("is at version 0 but this build needs 2: run `hopper migrate --broker"),
         "{err}"
@@ -601,9 +594,7 @@ fn bench_runs_the_asked_rabbitmq_windows_only() {
     let settles = r["settles_per_1k"].as_f64().unwrap();
     assert!((1.0..500.0).contains(&settles), "{r}");
 
-    let out = hopper(&["bench", "--only", "amqp", "--amqp-windows", "0"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["bench", "--only", "amqp", "--amqp-windows", "0"]);
     assert!(err.contains("--amqp-windows"), "{err}");
 }
 

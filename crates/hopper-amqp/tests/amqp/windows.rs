@@ -9,7 +9,7 @@ use hopper_amqp::AmqpOptions;
 use hopper_core::{Broker, JobContext, Prefetch, QueueOptions, Settlement, Worker};
 
 use super::support::{
-    enqueue_n, fetch_until, held_after, queue_figures, setup, setup_with, wait_for,
+    enqueue_n, eventually, fetch_until, held_after, queue_figures, setup, setup_with, wait_for,
 };
 
 #[tokio::test]
@@ -93,17 +93,10 @@ async fn a_worker_never_runs_more_than_the_window() {
         )
         .start()
         .unwrap();
-    for _ in 0..1000 {
-        if running.load(Ordering::SeqCst) == 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(
-        running.load(Ordering::SeqCst),
-        4,
-        "the window's 4 jobs started"
-    );
+    eventually(10, "the window's 4 jobs to start", || {
+        running.load(Ordering::SeqCst) == 4
+    })
+    .await;
     let queue = s.queue.clone();
     let figures = tokio::task::spawn_blocking(move || queue_figures(&queue))
         .await
