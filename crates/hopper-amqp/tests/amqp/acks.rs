@@ -8,7 +8,9 @@ use std::time::Duration;
 use hopper_amqp::AmqpOptions;
 use hopper_core::{Broker, Job, Settlement};
 
-use super::support::{Setup, enqueue_n, fetch_until, held_after, queue_figures, setup_with};
+use super::support::{
+    Setup, enqueue_n, eventually, fetch_until, held_after, queue_figures, setup_with,
+};
 
 const WINDOW: u32 = 6;
 
@@ -125,4 +127,100 @@ async fn closing_a_subscription_sends_its_held_acks_first() {
         18,
         "and the acked two never come back"
     );
+}
+
+/// Settlement batches of one subscription sent at once from many tasks, each acking a
+/// scattered handful of its deliveries, while every tenth delivery is never settled (its
+/// handler still running). A `multiple` ack covers every earlier tag, so one that covered
+/// an unsettled delivery would lose that job. 400 jobs under a window of 100: each arrives
+/// once, every ack is applied, the server ends holding exactly the 40 unsettled ones, and
+/// once the subscription closes those 40, and no other, come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_settlement_batches_never_cover_an_unsettled_delivery() {
+    const N: usize = 400;
+    let s = setup_with("acks_concurrent", AmqpOptions::new().declare(true)).await;
+    let broker = s.dyn_broker();
+    enqueue_n(&s.broker, &s.queue, N).await;
+    broker
+        .subscribe(&s.queue, Some(100))
+        .await
+        .expect("subscribe");
+    let running = |i: usize| i % 10 == 3;
+    let mut runs = vec![0u32; N];
+    let mut batches = 0;
+    // xorshift64: the same scattering on every run.
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move |below: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % below as u64) as usize
+    };
+    let started = std::time::Instant::now();
+    while runs.contains(&0) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{} of {N} arrived",
+            runs.iter().filter(|&&n| n > 0).count()
+        );
+        let mut jobs = fetch_until(&broker, &s.queue, 1, 10).await;
+        for job in &jobs {
+            runs[job.decode::<usize>().expect("an index")] += 1;
+        }
+        jobs.retain(|j| !running(j.decode::<usize>().expect("an index")));
+        for i in (1..jobs.len()).rev() {
+            jobs.swap(i, next(i + 1));
+        }
+        let mut settles = Vec::new();
+        while !jobs.is_empty() {
+            let take = (1 + next(6)).min(jobs.len());
+            let chunk: Vec<Settlement> = jobs.drain(..take).map(|j| Settlement::ack(&j)).collect();
+            let (broker, len) = (broker.clone(), chunk.len());
+            settles.push(tokio::spawn(
+                async move { (len, broker.settle(chunk).await) },
+            ));
+            batches += 1;
+        }
+        for settle in settles {
+            let (len, report) = settle.await.expect("a settle task");
+            let report = report.expect("settle");
+            assert_eq!((report.applied, report.fenced.len()), (len, 0));
+        }
+    }
+    assert!(batches >= 360 / 6, "{batches} settlement batches");
+    assert_eq!(
+        runs.iter().filter(|&&n| n != 1).count(),
+        0,
+        "every job arrives once"
+    );
+    assert_eq!(
+        held_after(&broker, &s.queue, 300).await.len(),
+        0,
+        "nothing more arrives"
+    );
+    if queue_figures(&s.queue).is_some() {
+        eventually(10, "the server to hold just the 40 unsettled", || {
+            queue_figures(&s.queue) == Some((0, 40))
+        })
+        .await;
+    }
+    broker.unsubscribe(&s.queue).await.unwrap();
+    broker
+        .subscribe(&s.queue, Some(100))
+        .await
+        .expect("subscribe again");
+    let back = fetch_until(&broker, &s.queue, 40, 10).await;
+    let mut back: Vec<usize> = back.iter().map(|j| j.decode().expect("an index")).collect();
+    back.sort_unstable();
+    let expected: Vec<usize> = (0..N).filter(|&i| running(i)).collect();
+    assert_eq!(
+        back, expected,
+        "the unsettled deliveries come back, and only they"
+    );
+    assert_eq!(
+        held_after(&broker, &s.queue, 300).await.len(),
+        0,
+        "nothing else"
+    );
+    broker.unsubscribe(&s.queue).await.unwrap();
 }
