@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use hopper_amqp::topology::{dead_queue, retry_bucket, retry_queue};
 use hopper_amqp::{AmqpBroker, AmqpOptions};
+use hopper_core::worker::STOP_SETTLE_LIMIT;
 use hopper_core::{
     Broker, JobContext, JobError, NewJob, Prefetch, QueueOptions, Worker, WorkerHandle,
 };
@@ -62,9 +63,20 @@ fn recording_worker_on(
     seen: &Arc<Seen>,
     pause: Duration,
 ) -> WorkerHandle {
-    let seen = seen.clone();
-    Worker::builder(broker)
-        .queue(
+    recording_worker_of(broker, &[queue.to_owned()], seen, pause)
+}
+
+/// [`recording_worker`] on any broker, working each of `queues` so.
+fn recording_worker_of(
+    broker: Arc<dyn Broker>,
+    queues: &[String],
+    seen: &Arc<Seen>,
+    pause: Duration,
+) -> WorkerHandle {
+    let mut builder = Worker::builder(broker);
+    for queue in queues {
+        let seen = seen.clone();
+        builder = builder.queue(
             queue,
             QueueOptions::new()
                 .concurrency(10)
@@ -78,9 +90,9 @@ fn recording_worker_on(
                     Ok(())
                 }
             },
-        )
-        .start()
-        .unwrap()
+        );
+    }
+    builder.start().unwrap()
 }
 
 #[tokio::test]
@@ -369,4 +381,64 @@ async fn a_stop_does_not_hang_on_a_server_gone_silent() {
         "{at_freeze} of {N} seen at the freeze; {} runs in all",
         seen.total()
     );
+}
+
+/// The server goes silent under a worker of three queues. The stop gives its settlements
+/// [`STOP_SETTLE_LIMIT`] past the grace period, then the subscriptions' closes, each
+/// waiting on a reply that never comes, one limit more for all three together, not one
+/// each: under the paused clock it takes at most the grace and two limits (one limit per
+/// queue would make that three). Nothing is lost: a worker connected directly runs all
+/// 900 jobs afterwards.
+#[tokio::test]
+async fn a_stop_waits_on_a_silent_server_once_for_all_its_queues() {
+    const PER_QUEUE: u64 = 300;
+    let queues: Vec<String> = (0..3)
+        .map(|q| hopper_testkit::unique_name(&format!("hopper_fault_silent{q}")))
+        .collect();
+    let _cleanup: Vec<Cleanup> = queues.iter().map(|q| Cleanup::for_queue(q)).collect();
+    let direct = another(AmqpOptions::new().declare(true)).await;
+    for (q, queue) in queues.iter().enumerate() {
+        let jobs = (0..PER_QUEUE)
+            .map(|i| NewJob::json(queue, &(q as u64 * 1000 + i)).unwrap())
+            .collect();
+        direct.enqueue(jobs).await.expect("enqueue");
+    }
+    let seen = Arc::new(Seen::default());
+    let proxy = FreezingProxy::start().await;
+    let through = AmqpBroker::connect_with(&proxy.url(), AmqpOptions::new().declare(true))
+        .await
+        .expect("connect through the proxy");
+    let worker = recording_worker_of(Arc::new(through), &queues, &seen, Duration::from_millis(5));
+    let started_on = |q: u64| {
+        let g = seen.inner.lock().unwrap();
+        g.0.range(q * 1000..q * 1000 + PER_QUEUE).count()
+    };
+    eventually(30, "jobs of every queue before the freeze", || {
+        (0..3).all(|q| started_on(q) >= 20)
+    })
+    .await;
+    proxy.freeze();
+    assert!(
+        seen.distinct() < 3 * PER_QUEUE as usize,
+        "the backlog drained before the freeze; nothing was tested"
+    );
+    tokio::time::pause();
+    let stopping = tokio::time::Instant::now();
+    const GRACE: Duration = Duration::from_secs(1);
+    let stopped = tokio::time::timeout(Duration::from_secs(60), worker.shutdown_with(GRACE)).await;
+    let took = stopping.elapsed();
+    tokio::time::resume();
+    assert!(stopped.is_ok(), "the stop hung on the silent server");
+    assert!(
+        took >= STOP_SETTLE_LIMIT
+            && took <= GRACE + 2 * STOP_SETTLE_LIMIT + Duration::from_millis(50),
+        "the stop took {took:?} on the paused clock, with a grace of {GRACE:?} and a limit of {STOP_SETTLE_LIMIT:?}"
+    );
+    drop(proxy);
+    let worker = recording_worker_of(direct, &queues, &seen, Duration::ZERO);
+    eventually(60, "every job after the freeze", || {
+        seen.distinct() == 3 * PER_QUEUE as usize
+    })
+    .await;
+    worker.shutdown().await;
 }
