@@ -15,6 +15,8 @@
 //! - **Idle latency** runs in this process: a worker at concurrency 1 waits on an empty
 //!   queue; one job is enqueued at a time, and the time from the enqueue's return (the
 //!   commit) to the handler's start is recorded.
+//! - **Idle round trips** (PostgreSQL, MySQL): what a worker waiting on an empty queue asks
+//!   of the server in 10 s, as the server counts it, in a database of its own.
 //!
 //! SQL workloads run in scratch schemas (PostgreSQL) or databases (MySQL) created for the
 //! run and dropped afterwards; SQLite in a temporary file.
@@ -33,8 +35,8 @@ use crate::report::{context_switches, cpu_us_per, percentile, process_cpu_s, swi
 const ENQUEUE_CHUNK: usize = 1000;
 
 /// What `--only` accepts.
-const WORKLOADS: [&str; 7] = [
-    "memory", "sqlite", "postgres", "mysql", "amqp", "latency", "rss",
+const WORKLOADS: [&str; 8] = [
+    "memory", "sqlite", "postgres", "mysql", "amqp", "latency", "idle", "rss",
 ];
 
 /// Samples of the idle latency.
@@ -45,11 +47,11 @@ const LATENCY_WARMUP: usize = 5;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Workloads to run, comma-separated: memory, sqlite, postgres, mysql, amqp, latency,
-    /// rss.
+    /// idle, rss.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "memory,sqlite,postgres,mysql,amqp,latency,rss"
+        default_value = "memory,sqlite,postgres,mysql,amqp,latency,idle,rss"
     )]
     only: Vec<String>,
     /// The PostgreSQL server; each run uses a scratch schema of its own.
@@ -95,6 +97,9 @@ struct Row {
     cpu_us_per_job: Option<f64>,
     /// Context switches of Hopper's process's threads per job during the drain.
     switches_per_job: Option<f64>,
+    /// An idle worker's statements (MySQL) or transactions (PostgreSQL) a second, as the
+    /// server counts them.
+    idle_per_s: Option<f64>,
     note: String,
 }
 
@@ -217,6 +222,10 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         let url = format!("sqlite://{}/latency.db", dir.display());
         rows.push(idle_latency(&url, "sqlite").await?);
         rows.push(pg_idle_latency(&args.postgres).await?);
+    }
+    if wants("idle") {
+        rows.push(idle_round_trips("postgres", &args.postgres).await?);
+        rows.push(idle_round_trips("mysql", &args.mysql).await?);
     }
     if wants("rss") {
         let url = format!("sqlite://{}/rss.db", dir.display());
@@ -721,6 +730,107 @@ async fn enqueue_after_a_gap(
     Ok(Instant::now())
 }
 
+/// How long [`idle_round_trips`] watches an idle worker.
+const IDLE_WATCHED: Duration = Duration::from_secs(10);
+
+/// What an idle worker asks of a SQL server: the statements (MySQL) or transactions
+/// (PostgreSQL) the server counts over [`IDLE_WATCHED`], with the worker's connections. The
+/// worker runs in a database of its own. PostgreSQL counts a session's transactions in
+/// `pg_stat_database` only when the session reports them, at its next transaction a second
+/// or more after the last report or after 10 s idle, so the watch starts 11 s after the
+/// worker, once its start's transactions are in. MySQL's `Questions` is the whole server's,
+/// with nothing else running; the watch starts once the wake poller has backed off (3 s).
+/// The counts are read on a connection of their own, twice before the watch: what one
+/// reading adds to them is taken off.
+async fn idle_round_trips(name: &str, server: &str) -> Result<Row> {
+    let mysql = Scratch::mysql(server);
+    Scratch::run_in(server, true, async |s| {
+        hopper::migrate(&s.url).await?;
+        let worker = Worker::builder(hopper::connect(&s.url).await?)
+            .queue(
+                "idle",
+                QueueOptions::new().concurrency(1),
+                |_job: JobContext<u64>| async { Ok(()) },
+            )
+            .start()?;
+        let read_err = |e| Error::broker(format!("{name}: reading the server's counts"), e);
+        let mut counts = ServerCounts::connect(server).await.map_err(read_err)?;
+        tokio::time::sleep(Duration::from_secs(if mysql { 3 } else { 11 })).await;
+        let (first, _) = counts.read(&s.name).await.map_err(read_err)?;
+        let (before, _) = counts.read(&s.name).await.map_err(read_err)?;
+        let started = Instant::now();
+        tokio::time::sleep(IDLE_WATCHED).await;
+        let (after, conns) = counts.read(&s.name).await.map_err(read_err)?;
+        let secs = started.elapsed().as_secs_f64();
+        counts.close().await;
+        worker.shutdown().await;
+        let asked = after - before - (before - first);
+        let what = if mysql { "statements" } else { "transactions" };
+        Ok(Row {
+            workload: format!("{name} idle worker, {} s", IDLE_WATCHED.as_secs()),
+            idle_per_s: Some(asked as f64 / secs),
+            note: format!(
+                "{asked} {what} in {secs:.1} s ({:.2} a second) over the worker's {conns} \
+                 connections, as the server counts them",
+                asked as f64 / secs,
+            ),
+            ..Row::default()
+        })
+    })
+    .await
+}
+
+/// A connection reading what a SQL server counts of a database's sessions (see
+/// [`idle_round_trips`]).
+enum ServerCounts {
+    Postgres(sqlx::PgConnection),
+    MySql(sqlx::MySqlConnection),
+}
+
+impl ServerCounts {
+    async fn connect(server: &str) -> std::result::Result<Self, sqlx::Error> {
+        Ok(if Scratch::mysql(server) {
+            ServerCounts::MySql(sqlx::MySqlConnection::connect(server).await?)
+        } else {
+            ServerCounts::Postgres(sqlx::PgConnection::connect(server).await?)
+        })
+    }
+
+    /// The server's count (PostgreSQL: the transactions of `database`; MySQL: every
+    /// statement) and the connections open to `database`.
+    async fn read(&mut self, database: &str) -> std::result::Result<(i64, i64), sqlx::Error> {
+        match self {
+            ServerCounts::Postgres(conn) => {
+                sqlx::query_as(
+                    "SELECT (SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database \
+                     WHERE datname = $1), \
+                     (SELECT count(*) FROM pg_stat_activity WHERE datname = $1)",
+                )
+                .bind(database)
+                .fetch_one(conn)
+                .await
+            }
+            ServerCounts::MySql(conn) => {
+                sqlx::query_as(
+                    "SELECT (SELECT CAST(VARIABLE_VALUE AS SIGNED) \
+                     FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'QUESTIONS'), \
+                     (SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = ?)",
+                )
+                .bind(database)
+                .fetch_one(conn)
+                .await
+            }
+        }
+    }
+
+    async fn close(self) {
+        let _ = match self {
+            ServerCounts::Postgres(conn) => conn.close().await,
+            ServerCounts::MySql(conn) => conn.close().await,
+        };
+    }
+}
+
 /// PostgreSQL's idle latency, with its floor on this machine measured just before it (see
 /// [`pg_latency_floor`]). Each in a schema of its own: every claim leaves a dead entry in
 /// the pending index that later claims walk over until a vacuum, so the second would
@@ -805,6 +915,8 @@ struct Scratch {
     server: String,
     name: String,
     url: String,
+    /// A database of its own (always on MySQL), not a schema.
+    database: bool,
 }
 
 impl Scratch {
@@ -812,24 +924,18 @@ impl Scratch {
         server.starts_with("mysql:")
     }
 
-    async fn create(server: &str) -> Result<Self> {
+    async fn create(server: &str, database: bool) -> Result<Self> {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("hopper_bench_{}_{n}", std::process::id());
-        let url = if Self::mysql(server) {
-            // A database must exist before a broker connects to it; a schema is made by
-            // the migration.
-            let mut conn = sqlx::MySqlConnection::connect(server)
-                .await
-                .map_err(|e| Error::broker("connecting to MySQL for a scratch database", e))?;
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&mut conn)
+        // A MySQL database must exist before a broker connects to it; a schema is made by
+        // the migration.
+        let database = database || Self::mysql(server);
+        let url = if database {
+            Self::admin(server, &format!("CREATE DATABASE {name}"))
                 .await
                 .map_err(|e| Error::broker("creating a scratch database", e))?;
-            let _ = conn.close().await;
-            let (scheme, rest) = server.split_once("://").unwrap_or(("mysql", server));
-            let end = rest.find(['/', '?']).unwrap_or(rest.len());
-            format!("{scheme}://{}/{name}", &rest[..end])
+            with_database(server, &name)
         } else {
             let sep = if server.contains('?') { '&' } else { '?' };
             format!("{server}{sep}schema={name}")
@@ -838,33 +944,61 @@ impl Scratch {
             server: server.to_owned(),
             name,
             url,
+            database,
         })
+    }
+
+    /// Runs one statement on `server` on a connection of its own.
+    async fn admin(server: &str, statement: &str) -> std::result::Result<(), sqlx::Error> {
+        if Self::mysql(server) {
+            let mut conn = sqlx::MySqlConnection::connect(server).await?;
+            sqlx::raw_sql(statement).execute(&mut conn).await?;
+            let _ = conn.close().await;
+        } else {
+            let mut conn = sqlx::PgConnection::connect(server).await?;
+            sqlx::raw_sql(statement).execute(&mut conn).await?;
+            let _ = conn.close().await;
+        }
+        Ok(())
     }
 
     /// Runs `work` in a scratch schema or database of its own on `server`, dropped
     /// afterwards whatever `work` returned.
     async fn run<T>(server: &str, work: impl AsyncFnOnce(&Scratch) -> Result<T>) -> Result<T> {
-        let scratch = Scratch::create(server).await?;
+        Self::run_in(server, false, work).await
+    }
+
+    /// [`Scratch::run`], in a database of its own on PostgreSQL too with `database`.
+    async fn run_in<T>(
+        server: &str,
+        database: bool,
+        work: impl AsyncFnOnce(&Scratch) -> Result<T>,
+    ) -> Result<T> {
+        let scratch = Scratch::create(server, database).await?;
         let result = work(&scratch).await;
         scratch.drop().await;
         result
     }
 
     async fn drop(self) {
-        if Self::mysql(&self.server) {
-            if let Ok(mut conn) = sqlx::MySqlConnection::connect(&self.server).await {
-                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.name))
-                    .execute(&mut conn)
-                    .await;
-                let _ = conn.close().await;
-            }
-        } else if let Ok(mut conn) = sqlx::PgConnection::connect(&self.server).await {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name))
-                .execute(&mut conn)
-                .await;
-            let _ = conn.close().await;
-        }
+        let statement = match (self.database, Self::mysql(&self.server)) {
+            (true, true) => format!("DROP DATABASE IF EXISTS {}", self.name),
+            (true, false) => format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            (false, _) => format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name),
+        };
+        let _ = Self::admin(&self.server, &statement).await;
     }
+}
+
+/// `server`'s URL naming database `name` instead of its own, its parameters kept.
+fn with_database(server: &str, name: &str) -> String {
+    let (base, query) = match server.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (server, String::new()),
+    };
+    let (scheme, rest) = base.split_once("://").unwrap_or(("", base));
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    format!("{scheme}://{authority}/{name}{query}")
 }
 
 fn print_table(rows: &[Row]) {
@@ -911,6 +1045,7 @@ mod tests {
             peak_rss_mib: None,
             cpu_us_per_job: None,
             switches_per_job: None,
+            idle_per_s: None,
             note: String::new(),
         }
     }
@@ -934,6 +1069,24 @@ mod tests {
         assert_eq!(note, "; CPU: raw 17.0, Hopper 18.2");
         assert_eq!(raw_beside_hopper("CPU", 1, vec![], vec![1.0]), "");
         assert_eq!(raw_beside_hopper("CPU", 1, vec![1.0], vec![]), "");
+    }
+
+    /// A scratch database's URL keeps the server's scheme, credentials, host and
+    /// parameters, and names the scratch database.
+    #[test]
+    fn a_scratch_database_keeps_the_rest_of_the_url() {
+        assert_eq!(
+            with_database("postgres://postgres@127.0.0.1:5432/test", "scratch_1"),
+            "postgres://postgres@127.0.0.1:5432/scratch_1"
+        );
+        assert_eq!(
+            with_database("mysql://root:pw@db/test?ssl-mode=disabled", "scratch_2"),
+            "mysql://root:pw@db/scratch_2?ssl-mode=disabled"
+        );
+        assert_eq!(
+            with_database("postgres://app@db?sslmode=disable", "s"),
+            "postgres://app@db/s?sslmode=disable"
+        );
     }
 
     /// The median run is kept whole: its rate and the figures measured with it.
