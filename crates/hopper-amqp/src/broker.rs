@@ -29,7 +29,7 @@ use tokio::sync::watch;
 
 use crate::conn::{Link, amqp_err, is_not_found};
 use crate::options::{AmqpOptions, validate_window};
-use crate::subscription::{Subscription, send_acks};
+use crate::subscription::{Subscription, queue_frame, send_acks};
 use crate::topology::{Topology, dead_queue, retry_bucket};
 use crate::wire;
 
@@ -488,9 +488,10 @@ impl AmqpBroker {
             ));
         }
 
-        // Releases and rejects: one frame each, sent together. The channel may have been
-        // replaced while retry copies were published: its tags are then another channel's,
-        // and the frames below fail on the closed one.
+        // Releases and rejects: one frame each, queued without waiting for their writes (see
+        // `queue_frame`). The channel may have been replaced while retry copies were
+        // published: its tags are then another channel's, and the frames below fail on the
+        // closed one.
         {
             let mut st = sub.state();
             let same_channel = st.generation == generation;
@@ -501,17 +502,12 @@ impl AmqpBroker {
                 st.unsettled.remove(*tag);
             }
         }
-        let nacks = releases.iter().map(|(_, tag)| {
-            channel.basic_nack(
-                *tag,
-                BasicNackOptions {
-                    multiple: false,
-                    requeue: true,
-                },
-            )
-        });
-        for ((id, _), r) in releases.iter().zip(join_all(nacks).await) {
-            match r {
+        for (id, tag) in &releases {
+            let requeue = BasicNackOptions {
+                multiple: false,
+                requeue: true,
+            };
+            match queue_frame(channel.basic_nack(*tag, requeue)) {
                 Ok(()) => report.applied += 1,
                 Err(_) => report.fenced.push(*id),
             }
@@ -521,10 +517,7 @@ impl AmqpBroker {
                 "dead letter rejected without requeue: the queue's own dead-letter policy decides \
                  where it goes, and this error is not kept with it (configure a dead-letter \
                  exchange, or declare topology, to keep it)");
-            match channel
-                .basic_reject(*tag, BasicRejectOptions { requeue: false })
-                .await
-            {
+            match queue_frame(channel.basic_reject(*tag, BasicRejectOptions { requeue: false })) {
                 Ok(()) => report.applied += 1,
                 Err(_) => report.fenced.push(*id),
             }

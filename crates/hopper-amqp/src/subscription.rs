@@ -255,25 +255,29 @@ impl Subscription {
 }
 
 /// Queues `frames` on `channel`, in order, without waiting for lapin's I/O thread to write
-/// them. lapin's `basic_ack` queues its frame when first polled and then only waits for the
-/// write; that wait is left out, so a settlement does not cost a wake-up of the I/O thread
-/// and another of the settling task before the next can go. Frames go out in the order
-/// they were queued, which is all the grouping needs (see [`crate::acks`]). A frame that is
-/// queued but never written means the channel or the connection was lost, and the server
-/// puts the delivery back: it runs again, as after any lost acknowledgement. So an error
-/// here, and the "held acks not sent" warning, means a channel already known to be closed.
+/// them (see [`queue_frame`]), so a settlement does not cost a wake-up of the I/O thread and
+/// another of the settling task before the next can go. Frames go out in the order they
+/// were queued, which is all the grouping needs (see [`crate::acks`]).
 pub(crate) fn send_acks(channel: &Channel, frames: &AckFrames) -> lapin::Result<()> {
-    if frames.is_empty() {
-        return Ok(());
-    }
-    let mut cx = Context::from_waker(Waker::noop());
     for (tag, multiple) in frames.frames() {
-        let ack = std::pin::pin!(channel.basic_ack(tag, BasicAckOptions { multiple }));
-        if let Poll::Ready(Err(e)) = ack.poll(&mut cx) {
-            return Err(e);
-        }
+        queue_frame(channel.basic_ack(tag, BasicAckOptions { multiple }))?;
     }
     Ok(())
+}
+
+/// Polls a lapin call that sends one frame (an ack, a nack, a reject) once: its frame is
+/// queued then, after those queued before it, and the rest of the call only waits for the
+/// write, which is left out. A frame that is queued but never written means the channel or
+/// the connection was lost, and the server puts the delivery back: it runs again, as after
+/// any lost acknowledgement, and a release or a reject is then what the server does anyway.
+/// So an error here, and the "held acks not sent" warning, means a channel already known to
+/// be closed; and a settlement never waits on a server gone silent.
+pub(crate) fn queue_frame(call: impl Future<Output = lapin::Result<()>>) -> lapin::Result<()> {
+    let call = std::pin::pin!(call);
+    match call.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(Err(e)) => Err(e),
+        Poll::Ready(Ok(())) | Poll::Pending => Ok(()),
+    }
 }
 
 fn now_ms() -> i64 {

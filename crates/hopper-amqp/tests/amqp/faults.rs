@@ -383,12 +383,13 @@ async fn a_stop_does_not_hang_on_a_server_gone_silent() {
     );
 }
 
-/// The server goes silent under a worker of three queues. The stop gives its settlements
-/// [`STOP_SETTLE_LIMIT`] past the grace period, then the subscriptions' closes, each
-/// waiting on a reply that never comes, one limit more for all three together, not one
-/// each: under the paused clock it takes at most the grace and two limits (one limit per
-/// queue would make that three). Nothing is lost: a worker connected directly runs all
-/// 900 jobs afterwards.
+/// The server goes silent under a worker of three queues. The stop's settlements (acks,
+/// and releases of the deliveries not started) only queue their frames, so they do not
+/// wait on it; closing the subscriptions does, each waiting on a reply that never comes,
+/// and the stop gives those closes one [`STOP_SETTLE_LIMIT`] for all three together: under
+/// the paused clock it takes at least the limit and less than twice it (one limit per
+/// queue would make it three; releases waiting on their writes made it the grace and two).
+/// Nothing is lost: a worker connected directly runs all 900 jobs afterwards.
 #[tokio::test]
 async fn a_stop_waits_on_a_silent_server_once_for_all_its_queues() {
     const PER_QUEUE: u64 = 300;
@@ -430,8 +431,7 @@ async fn a_stop_waits_on_a_silent_server_once_for_all_its_queues() {
     tokio::time::resume();
     assert!(stopped.is_ok(), "the stop hung on the silent server");
     assert!(
-        took >= STOP_SETTLE_LIMIT
-            && took <= GRACE + 2 * STOP_SETTLE_LIMIT + Duration::from_millis(50),
+        took >= STOP_SETTLE_LIMIT && took < 2 * STOP_SETTLE_LIMIT,
         "the stop took {took:?} on the paused clock, with a grace of {GRACE:?} and a limit of {STOP_SETTLE_LIMIT:?}"
     );
     drop(proxy);

@@ -62,9 +62,10 @@ pub struct WorkerStats {
     /// Settlements the broker had not confirmed when a stopping worker gave up on it,
     /// [`STOP_SETTLE_LIMIT`](crate::worker::STOP_SETTLE_LIMIT) after its grace period: they
     /// failed, or were still on their way (a batch in flight may yet be applied). Their jobs
-    /// come back once their leases expire, as after a crash. A RabbitMQ acknowledgement
-    /// counts as delivered once its frame is queued on the connection: one that a server
-    /// gone silent never reads is not counted here, and its job comes back the same way.
+    /// come back once their leases expire, as after a crash. A RabbitMQ acknowledgement,
+    /// release or reject counts as delivered once its frame is queued on the connection: one
+    /// that a server gone silent never reads is not counted here, and its job comes back the
+    /// same way.
     pub settlements_undelivered: u64,
     /// Per-queue figures.
     pub queues: BTreeMap<String, QueueStats>,
