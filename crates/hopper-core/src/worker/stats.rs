@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 pub const SIZES_KEPT: usize = 100_000;
 
 /// Counters and recent history of one worker. A snapshot: read it again for fresh figures.
+/// Later versions may add figures, so it cannot be built outside this crate.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct WorkerStats {
     /// Fetches that returned at least one job. On a broker that pushes deliveries
     /// ([`Capabilities::pushed`](crate::Capabilities::pushed)) there is no fetch: each
@@ -71,8 +73,10 @@ pub struct WorkerStats {
     pub queues: BTreeMap<String, QueueStats>,
 }
 
-/// Figures of one queue of one worker.
+/// Figures of one queue of one worker. Later versions may add figures, as to
+/// [`WorkerStats`].
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct QueueStats {
     /// How many of this queue's jobs each non-empty fetch carried, in order.
     pub fetch_sizes: Vec<u32>,
