@@ -18,8 +18,8 @@
 //! - **Idle round trips** (PostgreSQL, MySQL): what a worker waiting on an empty queue asks
 //!   of the server in 10 s, as the server counts it, in a database of its own.
 //!
-//! SQL workloads run in scratch schemas (PostgreSQL) or databases (MySQL) created for the
-//! run and dropped afterwards; SQLite in a temporary file.
+//! SQL workloads run in scratch schemas (PostgreSQL; databases for the idle rows) or
+//! databases (MySQL) created for the run and dropped afterwards; SQLite in a temporary file.
 
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -54,7 +54,8 @@ pub struct BenchArgs {
         default_value = "memory,sqlite,postgres,mysql,amqp,latency,idle,rss"
     )]
     only: Vec<String>,
-    /// The PostgreSQL server; each run uses a scratch schema of its own.
+    /// The PostgreSQL server; each run uses a scratch schema of its own (the idle rows a
+    /// scratch database).
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
     postgres: String,
     /// The MySQL / MariaDB server; each run uses a scratch database of its own.

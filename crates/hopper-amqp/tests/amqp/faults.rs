@@ -423,9 +423,9 @@ async fn a_stop_waits_on_a_silent_server_once_for_all_its_queues() {
         seen.distinct() < 3 * PER_QUEUE as usize,
         "the backlog drained before the freeze; nothing was tested"
     );
+    const GRACE: Duration = Duration::from_secs(1);
     tokio::time::pause();
     let stopping = tokio::time::Instant::now();
-    const GRACE: Duration = Duration::from_secs(1);
     let stopped = tokio::time::timeout(Duration::from_secs(60), worker.shutdown_with(GRACE)).await;
     let took = stopping.elapsed();
     tokio::time::resume();
