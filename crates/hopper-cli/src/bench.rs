@@ -225,8 +225,9 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         rows.push(pg_idle_latency(&args.postgres).await?);
     }
     if wants("idle") {
-        rows.push(idle_round_trips("postgres", &args.postgres).await?);
-        rows.push(idle_round_trips("mysql", &args.mysql).await?);
+        let watch = IDLE_WATCHED.mul_f64(args.scale).max(IDLE_WATCHED_MIN);
+        rows.push(idle_round_trips("postgres", &args.postgres, watch).await?);
+        rows.push(idle_round_trips("mysql", &args.mysql, watch).await?);
     }
     if wants("rss") {
         let url = format!("sqlite://{}/rss.db", dir.display());
@@ -731,11 +732,13 @@ async fn enqueue_after_a_gap(
     Ok(Instant::now())
 }
 
-/// How long [`idle_round_trips`] watches an idle worker.
+/// How long [`idle_round_trips`] watches an idle worker (times `--scale`, at least
+/// [`IDLE_WATCHED_MIN`]).
 const IDLE_WATCHED: Duration = Duration::from_secs(10);
+const IDLE_WATCHED_MIN: Duration = Duration::from_secs(2);
 
 /// What an idle worker asks of a SQL server: the statements (MySQL) or transactions
-/// (PostgreSQL) the server counts over [`IDLE_WATCHED`], with the worker's connections. The
+/// (PostgreSQL) the server counts over `watch`, with the worker's connections. The
 /// worker runs in a database of its own. PostgreSQL counts a session's transactions in
 /// `pg_stat_database` only when the session reports them, at its next transaction a second
 /// or more after the last report or after 10 s idle, so the watch starts 11 s after the
@@ -743,7 +746,7 @@ const IDLE_WATCHED: Duration = Duration::from_secs(10);
 /// with nothing else running; the watch starts once the wake poller has backed off (3 s).
 /// The counts are read on a connection of their own, twice before the watch: what one
 /// reading adds to them is taken off.
-async fn idle_round_trips(name: &str, server: &str) -> Result<Row> {
+async fn idle_round_trips(name: &str, server: &str, watch: Duration) -> Result<Row> {
     let mysql = Scratch::mysql(server);
     Scratch::run_in(server, true, async |s| {
         hopper::migrate(&s.url).await?;
@@ -760,7 +763,7 @@ async fn idle_round_trips(name: &str, server: &str) -> Result<Row> {
         let (first, _) = counts.read(&s.name).await.map_err(read_err)?;
         let (before, _) = counts.read(&s.name).await.map_err(read_err)?;
         let started = Instant::now();
-        tokio::time::sleep(IDLE_WATCHED).await;
+        tokio::time::sleep(watch).await;
         let (after, conns) = counts.read(&s.name).await.map_err(read_err)?;
         let secs = started.elapsed().as_secs_f64();
         counts.close().await;
@@ -768,7 +771,7 @@ async fn idle_round_trips(name: &str, server: &str) -> Result<Row> {
         let asked = after - before - (before - first);
         let what = if mysql { "statements" } else { "transactions" };
         Ok(Row {
-            workload: format!("{name} idle worker, {} s", IDLE_WATCHED.as_secs()),
+            workload: format!("{name} idle worker, {} s", watch.as_secs()),
             idle_per_s: Some(asked as f64 / secs),
             note: format!(
                 "{asked} {what} in {secs:.1} s ({:.2} a second) over the worker's {conns} \

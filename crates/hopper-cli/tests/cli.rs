@@ -561,6 +561,37 @@ fn bench_sqlite_rows_pair_raw_and_hopper_rounds() {
     }
 }
 
+/// `hopper bench --only idle` watches an idle worker on PostgreSQL and on MySQL, each in a
+/// scratch database of its own, for 2 s at this scale. PostgreSQL counts the transactions
+/// of that database alone: the worker's backstop poll, once a second (a reading may lag a
+/// poll by a second either side), where a worker polling busily would make dozens. MySQL's
+/// count is the whole server's, and other tests run beside this one, so its row is only
+/// checked for its shape.
+#[test]
+fn bench_counts_what_an_idle_worker_asks_of_the_server() {
+    let rows = bench_json(&["--only", "idle", "--scale", "0.001"]);
+    assert_eq!(
+        workloads(&rows),
+        ["postgres idle worker, 2 s", "mysql idle worker, 2 s"]
+    );
+    let pg = rows[0]["idle_per_s"].as_f64().expect("a figure");
+    assert!((0.0..=2.5).contains(&pg), "{}", rows[0]);
+    assert!(
+        rows[0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("transactions in"),
+        "{}",
+        rows[0]
+    );
+    assert!(rows[1]["idle_per_s"].is_number(), "{}", rows[1]);
+    assert!(
+        rows[1]["note"].as_str().unwrap().contains("statements in"),
+        "{}",
+        rows[1]
+    );
+}
+
 /// `hopper bench --only amqp --amqp-windows 10` runs that one RabbitMQ row: the raw lapin
 /// consumer and Hopper each drain the whole backlog, the window's acks grouped (a settlement
 /// per half window at most). A window of 0 is refused by the flag's name.
