@@ -45,7 +45,6 @@ pub(crate) struct AckFrames {
 }
 
 impl AckFrames {
-    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.multiple.is_none() && self.singles.is_empty()
     }
