@@ -758,13 +758,13 @@ async fn idle_round_trips(name: &str, server: &str, watch: Duration) -> Result<R
             )
             .start()?;
         let read_err = |e| Error::broker(format!("{name}: reading the server's counts"), e);
-        let mut counts = ServerCounts::connect(server).await.map_err(read_err)?;
+        let mut counts = AdminConn::connect(server).await.map_err(read_err)?;
         tokio::time::sleep(Duration::from_secs(if mysql { 3 } else { 11 })).await;
-        let (first, _) = counts.read(&s.name).await.map_err(read_err)?;
-        let (before, _) = counts.read(&s.name).await.map_err(read_err)?;
+        let (first, _) = counts.counts(&s.name).await.map_err(read_err)?;
+        let (before, _) = counts.counts(&s.name).await.map_err(read_err)?;
         let started = Instant::now();
         tokio::time::sleep(watch).await;
-        let (after, conns) = counts.read(&s.name).await.map_err(read_err)?;
+        let (after, conns) = counts.counts(&s.name).await.map_err(read_err)?;
         let secs = started.elapsed().as_secs_f64();
         counts.close().await;
         worker.shutdown().await;
@@ -784,27 +784,34 @@ async fn idle_round_trips(name: &str, server: &str, watch: Duration) -> Result<R
     .await
 }
 
-/// A connection reading what a SQL server counts of a database's sessions (see
-/// [`idle_round_trips`]).
-enum ServerCounts {
+/// A connection of the bench's own to a SQL server: scratch schemas and databases are made
+/// and dropped on it, and [`idle_round_trips`] reads the server's counts on it.
+enum AdminConn {
     Postgres(sqlx::PgConnection),
     MySql(sqlx::MySqlConnection),
 }
 
-impl ServerCounts {
+impl AdminConn {
     async fn connect(server: &str) -> std::result::Result<Self, sqlx::Error> {
         Ok(if Scratch::mysql(server) {
-            ServerCounts::MySql(sqlx::MySqlConnection::connect(server).await?)
+            AdminConn::MySql(sqlx::MySqlConnection::connect(server).await?)
         } else {
-            ServerCounts::Postgres(sqlx::PgConnection::connect(server).await?)
+            AdminConn::Postgres(sqlx::PgConnection::connect(server).await?)
         })
+    }
+
+    async fn execute(&mut self, statement: &str) -> std::result::Result<(), sqlx::Error> {
+        match self {
+            AdminConn::Postgres(conn) => sqlx::raw_sql(statement).execute(conn).await.map(drop),
+            AdminConn::MySql(conn) => sqlx::raw_sql(statement).execute(conn).await.map(drop),
+        }
     }
 
     /// The server's count (PostgreSQL: the transactions of `database`; MySQL: every
     /// statement) and the connections open to `database`.
-    async fn read(&mut self, database: &str) -> std::result::Result<(i64, i64), sqlx::Error> {
+    async fn counts(&mut self, database: &str) -> std::result::Result<(i64, i64), sqlx::Error> {
         match self {
-            ServerCounts::Postgres(conn) => {
+            AdminConn::Postgres(conn) => {
                 sqlx::query_as(
                     "SELECT (SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database \
                      WHERE datname = $1), \
@@ -814,7 +821,7 @@ impl ServerCounts {
                 .fetch_one(conn)
                 .await
             }
-            ServerCounts::MySql(conn) => {
+            AdminConn::MySql(conn) => {
                 sqlx::query_as(
                     "SELECT (SELECT CAST(VARIABLE_VALUE AS SIGNED) \
                      FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'QUESTIONS'), \
@@ -829,8 +836,8 @@ impl ServerCounts {
 
     async fn close(self) {
         let _ = match self {
-            ServerCounts::Postgres(conn) => conn.close().await,
-            ServerCounts::MySql(conn) => conn.close().await,
+            AdminConn::Postgres(conn) => conn.close().await,
+            AdminConn::MySql(conn) => conn.close().await,
         };
     }
 }
@@ -954,16 +961,10 @@ impl Scratch {
 
     /// Runs one statement on `server` on a connection of its own.
     async fn admin(server: &str, statement: &str) -> std::result::Result<(), sqlx::Error> {
-        if Self::mysql(server) {
-            let mut conn = sqlx::MySqlConnection::connect(server).await?;
-            sqlx::raw_sql(statement).execute(&mut conn).await?;
-            let _ = conn.close().await;
-        } else {
-            let mut conn = sqlx::PgConnection::connect(server).await?;
-            sqlx::raw_sql(statement).execute(&mut conn).await?;
-            let _ = conn.close().await;
-        }
-        Ok(())
+        let mut conn = AdminConn::connect(server).await?;
+        let done = conn.execute(statement).await;
+        conn.close().await;
+        done
     }
 
     /// Runs `work` in a scratch schema or database of its own on `server`, dropped
