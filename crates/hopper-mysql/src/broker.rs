@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -58,6 +58,11 @@ struct Inner {
     /// levels are looked up in the claim's own transaction, so none is ever missed; a full
     /// claim takes the queue out again.
     by_levels: Mutex<HashSet<String>>,
+    /// One more than the wake count read before the last fetch whose every budget came back
+    /// short; 0 once one filled a budget. While the count still reads one less than this,
+    /// nothing woke this broker since, and a fetch over queues that all came back short
+    /// asks first whether it would find anything (see [`queries::probe`]).
+    quiet_since: AtomicU64,
     /// `auto_increment_increment`: the step between the ids of one insert.
     id_step: i64,
 }
@@ -129,6 +134,7 @@ impl MySqlBroker {
                 reap_pace: Pace::new(REAP_EVERY_MS),
                 union_claims: AtomicBool::new(true),
                 by_levels: Mutex::new(HashSet::new()),
+                quiet_since: AtomicU64::new(0),
                 id_step,
             }),
         })
@@ -243,6 +249,29 @@ impl Broker for MySqlBroker {
             let set = self.by_levels();
             budgets.iter().map(|(q, _)| set.contains(*q)).collect()
         };
+        // A worker waiting on empty queues polls: then one statement, outside a
+        // transaction, says whether the claim's transaction (four or five statements on
+        // empty queues) would find anything. Only when every queue came back short last
+        // time and nothing woke the broker since, so a fetch that a wake-up asked for (an
+        // enqueue, a retry, the wake poller) never pays it.
+        let woken = *self.inner.wake.borrow();
+        let quiet = self.inner.quiet_since.load(Ordering::Relaxed) == woken.wrapping_add(1);
+        if quiet && by_levels.iter().all(|&b| b) {
+            let queues: Vec<&str> = budgets.iter().map(|(q, _)| *q).collect();
+            let probe = run!(
+                &self.inner.conns,
+                "probing for jobs",
+                Repeat::Safe,
+                |conn| { queries::probe(conn, &queues, reap, now) }
+            )?;
+            if !probe.found_work() {
+                return Ok(Fetched {
+                    lease,
+                    jobs: Vec::new(),
+                    next_due: probe.next_due(),
+                });
+            }
+        }
         let by_levels = &by_levels;
         let (jobs, next_due, reaped, short) =
             transaction!(&self.inner.conns, "fetching jobs", |conn| async {
@@ -280,6 +309,11 @@ impl Broker for MySqlBroker {
                 }
             }
         }
+        let all_short = short.len() == budgets.len();
+        self.inner.quiet_since.store(
+            if all_short { woken.wrapping_add(1) } else { 0 },
+            Ordering::Relaxed,
+        );
         if reaped > 0 {
             self.wake();
         }

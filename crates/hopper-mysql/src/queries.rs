@@ -296,6 +296,50 @@ pub(crate) async fn next_due(
     query.fetch_one(conn).await
 }
 
+/// What [`probe`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Probe {
+    /// The earliest `run_at` among the queues' pending jobs, due or delayed.
+    pub(crate) first_run_at: Option<Millis>,
+    /// Whether a lease has expired (asked only when the reaper is due).
+    pub(crate) expired: bool,
+    /// The clock the two were read against.
+    pub(crate) now: Millis,
+}
+
+impl Probe {
+    /// Whether a claim may find a job: one is due, or the reaper has leases to return.
+    pub(crate) fn found_work(&self) -> bool {
+        self.expired || self.first_run_at.is_some_and(|at| at <= self.now)
+    }
+
+    /// When the earliest delayed job is due, if none is due yet.
+    pub(crate) fn next_due(&self) -> Option<Millis> {
+        self.first_run_at.filter(|&at| at > self.now)
+    }
+}
+
+/// Whether a claim over `queues` would find anything, without a transaction or a lock:
+/// one statement, one index dive per queue (and one for expired leases when `reap`).
+pub(crate) async fn probe(
+    conn: &mut MySqlConnection,
+    queues: &[&str],
+    reap: bool,
+    now: Option<Millis>,
+) -> Result<Probe, sqlx::Error> {
+    let text = sql::probe(queues.len());
+    let mut query = sqlx::query(&text);
+    for queue in queues {
+        query = query.bind(*queue);
+    }
+    let row = query.bind(reap).bind(now).bind(now).fetch_one(conn).await?;
+    Ok(Probe {
+        first_run_at: row.try_get(0)?,
+        expired: row.try_get::<i64, _>(1)? != 0,
+        now: row.try_get(2)?,
+    })
+}
+
 /// What a settle did, and whether any job went back to pending (to wake workers).
 pub(crate) struct Settled {
     pub(crate) report: SettleReport,

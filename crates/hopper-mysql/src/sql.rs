@@ -7,7 +7,8 @@
 //!   "now" reads `COALESCE(?, {now})`, and the broker binds its own clock's reading or
 //!   NULL; so each statement is written once for both clocks.
 //! - `{ids}`: a list of `?`; `{pairs}`: a list of `(?, ?)`; `{rows}` and `{each}`: a
-//!   fragment file repeated (`enqueue_row.sql`, `settle_row.sql`, `next_due.sql`).
+//!   fragment file repeated (`enqueue_row.sql`, `settle_row.sql`, `next_due.sql`,
+//!   `probe_queue.sql`).
 //!
 //! Lists are padded to a power of two with inert values (0 is never a job id nor a lease
 //! id), so a connection prepares a handful of texts per statement and keeps them cached,
@@ -103,6 +104,10 @@ statements! {
     NEXT_DUE = "next_due.sql";
     /// The same over several queues: `{each}` is `NEXT_DUE` per queue.
     NEXT_DUE_ANY = "next_due_any.sql";
+    /// Whether a claim would find anything: `{each}` is `PROBE_QUEUE` per queue.
+    PROBE = "probe.sql";
+    /// The earliest `run_at` among one queue's pending jobs.
+    PROBE_QUEUE = "probe_queue.sql";
     /// Locks the named jobs and reads their state and lease, to tell which settlements apply.
     SETTLE_LOCK = "settle_lock.sql";
     /// Removes acknowledged jobs still held under the named lease.
@@ -190,6 +195,12 @@ pub(crate) fn next_due(n: usize) -> String {
     let mut each = String::with_capacity(2 + NEXT_DUE.len());
     let _ = write!(each, "({})", NEXT_DUE.as_str());
     repeat(&NEXT_DUE_ANY, "{each}", &each, n, " UNION ALL ")
+}
+
+/// The probe of `n` queues.
+pub(crate) fn probe(n: usize) -> String {
+    let each = format!("({})", PROBE_QUEUE.as_str());
+    repeat(&PROBE, "{each}", &each, n, " UNION ALL ")
 }
 
 /// The schema version this build needs: the number of its migrations.

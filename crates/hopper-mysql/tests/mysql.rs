@@ -1,11 +1,12 @@
 //! The MySQL / MariaDB broker against the real server on 127.0.0.1:3306 (override with
 //! `HOPPER_TEST_MYSQL_URL`). Every test works in a database of its own, dropped afterwards:
-//! the shared behaviour suite, migrations and refusals, the database clock, the wake
-//! poller, query plans, and workers on the real server (a crash mid-batch, two runtimes
-//! sharing a queue).
+//! the shared behaviour suite, migrations and refusals, the database clock, what an idle
+//! broker asks, the wake poller, query plans, and workers on the real server (a crash
+//! mid-batch, two runtimes sharing a queue).
 
 mod mysql {
     mod clock;
+    mod idle;
     mod migrations;
     mod plans;
     mod settling;

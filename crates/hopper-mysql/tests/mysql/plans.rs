@@ -114,10 +114,15 @@ async fn hot_statements_use_their_indexes_and_claims_never_sort() {
         );
     }
 
-    let checks: [(&str, Vec<Option<i64>>, &str); 5] = [
+    let checks: [(&str, Vec<Option<i64>>, &str); 6] = [
         (
             include_str!("../../sql/next_due.sql"),
             vec![now],
+            "hopper_jobs_due",
+        ),
+        (
+            include_str!("../../sql/probe_queue.sql"),
+            vec![],
             "hopper_jobs_due",
         ),
         (

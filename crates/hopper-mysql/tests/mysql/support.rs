@@ -45,12 +45,17 @@ pub async fn empty_database() -> (String, String) {
 /// Drops `database` on a thread of its own with a runtime of its own, so it can be called
 /// from async code and from a destructor alike.
 pub fn drop_database(database: String) {
+    admin_from_anywhere(format!("DROP DATABASE IF EXISTS {database}"));
+}
+
+/// [`admin`] on a thread of its own with a runtime of its own.
+fn admin_from_anywhere(sql: String) {
     let _ = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a runtime for cleanup");
-        rt.block_on(admin(format!("DROP DATABASE IF EXISTS {database}")));
+        rt.block_on(admin(sql));
     })
     .join();
 }
@@ -104,4 +109,52 @@ pub async fn fresh() -> Arc<dyn Broker> {
     broker_with(|o| o.clock(Clock::tokio()).wake_poll(None))
         .await
         .0
+}
+
+/// A user of a test's own on its database, whose statements the server counts apart from
+/// every other test's: MariaDB's user statistics (`userstat`, turned on here; it only
+/// counts, and stays on for the other tests that count).
+pub struct CountedUser {
+    name: String,
+    /// The database's URL, connecting as this user.
+    pub url: String,
+}
+
+impl CountedUser {
+    pub async fn create(db: &TempDatabase) -> CountedUser {
+        let name = unique_name("hopper_u");
+        let password = unique_name("pw");
+        admin("SET GLOBAL userstat = 1".into()).await;
+        admin(format!(
+            "CREATE USER '{name}'@'%' IDENTIFIED BY '{password}'"
+        ))
+        .await;
+        admin(format!("GRANT ALL ON {}.* TO '{name}'@'%'", db.name)).await;
+        let (scheme, rest) = db.url.split_once("://").expect("a URL with a scheme");
+        let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+        let url = format!("{scheme}://{name}:{password}@{host}");
+        CountedUser { name, url }
+    }
+
+    /// The statements this user has run, as the server counts them.
+    pub async fn statements(&self) -> i64 {
+        let mut conn = MySqlConnection::connect(&server_url()).await.unwrap();
+        let n: Option<i64> = sqlx::query_scalar(
+            "SELECT CAST(SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS AS SIGNED) \
+             FROM information_schema.USER_STATISTICS WHERE USER = ?",
+        )
+        .bind(&self.name)
+        .fetch_optional(&mut conn)
+        .await
+        .expect("reading the user statistics")
+        .flatten();
+        let _ = conn.close().await;
+        n.unwrap_or(0)
+    }
+}
+
+impl Drop for CountedUser {
+    fn drop(&mut self) {
+        admin_from_anywhere(format!("DROP USER IF EXISTS '{}'@'%'", self.name));
+    }
 }
