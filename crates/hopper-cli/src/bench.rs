@@ -761,31 +761,36 @@ async fn idle_round_trips(name: &str, server: &str, watch: Duration) -> Result<R
             None
         };
         let url = user.as_ref().map_or(s.url.clone(), |u| u.url(&s.url));
-        let worker = Worker::builder(hopper::connect(&url).await?)
-            .queue(
-                "idle",
-                QueueOptions::new().concurrency(1),
-                |_job: JobContext<u64>| async { Ok(()) },
-            )
-            .start()?;
         let by_user = user.as_ref().map(|u| u.name.clone());
         let by_user = by_user.as_deref();
-        tokio::time::sleep(Duration::from_secs(if mysql { 3 } else { 11 })).await;
+        // The user goes, and `userstat` back, whatever the watch returned.
         let watched = async {
-            let (first, _) = counts.counts(&s.name, by_user).await?;
-            let (before, _) = counts.counts(&s.name, by_user).await?;
-            let started = Instant::now();
-            tokio::time::sleep(watch).await;
-            let (after, conns) = counts.counts(&s.name, by_user).await?;
-            Ok((after - before - (before - first), conns, started.elapsed()))
+            let worker = Worker::builder(hopper::connect(&url).await?)
+                .queue(
+                    "idle",
+                    QueueOptions::new().concurrency(1),
+                    |_job: JobContext<u64>| async { Ok(()) },
+                )
+                .start()?;
+            tokio::time::sleep(Duration::from_secs(if mysql { 3 } else { 11 })).await;
+            let read = async {
+                let (first, _) = counts.counts(&s.name, by_user).await?;
+                let (before, _) = counts.counts(&s.name, by_user).await?;
+                let started = Instant::now();
+                tokio::time::sleep(watch).await;
+                let (after, conns) = counts.counts(&s.name, by_user).await?;
+                Ok((after - before - (before - first), conns, started.elapsed()))
+            }
+            .await;
+            worker.shutdown().await;
+            read.map_err(read_err)
         }
         .await;
-        worker.shutdown().await;
         if let Some(user) = user {
             user.drop(&mut counts).await;
         }
         counts.close().await;
-        let (asked, conns, took) = watched.map_err(read_err)?;
+        let (asked, conns, took) = watched?;
         let secs = took.as_secs_f64();
         let what = match (mysql, by_user) {
             (false, _) => "transactions",
