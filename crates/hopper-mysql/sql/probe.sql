@@ -1,7 +1,7 @@
 -- Whether a claim would find anything, in one statement outside a transaction: asked
 -- before a fetch whose queues all came back short last time with no wake-up since, so a
--- worker waiting on empty queues asks one question per poll rather than a transaction's
--- five (see `MySqlBroker::fetch`).
+-- worker waiting on empty queues asks one question per poll rather than a transaction of
+-- four or five statements (see `MySqlBroker::fetch`).
 --
 -- `{each}` is one parenthesised `probe_queue.sql` per queue. The columns: the earliest
 -- run_at among the queues' pending jobs (NULL: none pending); whether a lease has expired,
