@@ -197,8 +197,11 @@ pub(crate) fn next_due(n: usize) -> String {
     repeat(&NEXT_DUE_ANY, "{each}", &each, n, " UNION ALL ")
 }
 
-/// The probe of `n` queues.
+/// The probe of `n` queues; one queue's read goes in unparenthesised, as `next_due` does.
 pub(crate) fn probe(n: usize) -> String {
+    if n == 1 {
+        return PROBE.replace("{each}", &PROBE_QUEUE);
+    }
     let each = format!("({})", PROBE_QUEUE.as_str());
     repeat(&PROBE, "{each}", &each, n, " UNION ALL ")
 }
@@ -210,7 +213,7 @@ pub(crate) fn needed_version() -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{all, claim_one, enqueue, padded, settle_update, with_ids, with_pairs};
+    use super::{all, claim_one, enqueue, padded, probe, settle_update, with_ids, with_pairs};
 
     #[test]
     fn every_file_renders_without_comments_or_unexpanded_now() {
@@ -234,6 +237,15 @@ mod tests {
         assert_eq!(enqueue(3).as_str().matches('?').count(), 24);
         assert_eq!(settle_update(2).as_str().matches("UNION ALL").count(), 1);
         assert_eq!(claim_one(None).matches('?').count(), 3);
+        // One queue's read, then the reaper's flag and the clock twice.
+        assert_eq!(probe(1).matches('?').count(), 4);
+        assert!(
+            probe(1).contains("FROM (SELECT MIN(run_at)"),
+            "{}",
+            probe(1)
+        );
+        assert_eq!(probe(3).matches("UNION ALL").count(), 2);
+        assert_eq!(probe(3).matches('?').count(), 6);
         let by_levels = claim_one(Some(4));
         assert!(
             by_levels.contains("priority IN (?, ?, ?, ?)"),
