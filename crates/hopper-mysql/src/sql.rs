@@ -14,7 +14,6 @@
 //! id), so a connection prepares a handful of texts per statement and keeps them cached,
 //! rather than one per batch size; the server's `max_prepared_stmt_count` stays far away.
 
-use std::fmt::Write;
 use std::sync::LazyLock;
 
 use crate::migrate::MIGRATIONS;
@@ -187,23 +186,26 @@ pub(crate) fn claim_one(levels: Option<usize>) -> String {
     }
 }
 
-/// The next due time over `n` queues.
+/// `template` with `{each}` replaced by the one-queue read `each` for `n` queues: the read
+/// itself for one, else `n` copies, each parenthesised, joined by UNION ALL.
+fn each_queue(template: &str, each: &str, n: usize) -> String {
+    if n == 1 {
+        return template.replace("{each}", each);
+    }
+    repeat(template, "{each}", &format!("({each})"), n, " UNION ALL ")
+}
+
+/// The next due time over `n` queues (one queue's read needs no `MIN` around it).
 pub(crate) fn next_due(n: usize) -> String {
     if n == 1 {
         return NEXT_DUE.clone();
     }
-    let mut each = String::with_capacity(2 + NEXT_DUE.len());
-    let _ = write!(each, "({})", NEXT_DUE.as_str());
-    repeat(&NEXT_DUE_ANY, "{each}", &each, n, " UNION ALL ")
+    each_queue(&NEXT_DUE_ANY, &NEXT_DUE, n)
 }
 
-/// The probe of `n` queues; one queue's read goes in unparenthesised, as `next_due` does.
+/// The probe of `n` queues.
 pub(crate) fn probe(n: usize) -> String {
-    if n == 1 {
-        return PROBE.replace("{each}", &PROBE_QUEUE);
-    }
-    let each = format!("({})", PROBE_QUEUE.as_str());
-    repeat(&PROBE, "{each}", &each, n, " UNION ALL ")
+    each_queue(&PROBE, &PROBE_QUEUE, n)
 }
 
 /// The schema version this build needs: the number of its migrations.
