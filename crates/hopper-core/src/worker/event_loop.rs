@@ -211,7 +211,12 @@ pub(crate) struct EventLoop {
     inline: FuturesUnordered<InlineWork>,
     /// Inline hand-offs finished and not yet taken in: kept to spare an allocation per pass.
     ran: Vec<InlineRan>,
+    /// Finished hand-offs and their results buffers, for the next hand-offs to reuse.
+    spare: Vec<(Arc<Handoff>, Vec<Done>)>,
 }
+
+/// Finished hand-offs kept for reuse, at most: one per task of a large pool.
+const SPARE_HANDOFFS: usize = 64;
 
 /// What an inline hand-off returns: the pool task whose slot it ran in, what finished and
 /// how long it took; `Err` once aborted at the end of a grace period.
@@ -316,6 +321,7 @@ impl EventLoop {
             step_again: false,
             inline: FuturesUnordered::new(),
             ran: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -721,9 +727,10 @@ impl EventLoop {
                     }
                     None => {
                         let k = self.handoff_size(q);
-                        let q = &mut self.queues[qi];
-                        let jobs: VecDeque<Job> = q.buffer.drain(..k).collect();
-                        let h = Arc::new(Handoff::new(qi, jobs));
+                        let (mut h, done) = self.spare.pop().unwrap_or_default();
+                        Arc::get_mut(&mut h)
+                            .expect("a spare hand-off is not shared")
+                            .refill(qi, self.queues[qi].buffer.drain(..k), done);
                         (Work::Jobs(h.clone()), TaskWork::Jobs(h), k)
                     }
                 };
@@ -1232,7 +1239,18 @@ impl EventLoop {
         if self.leases_on {
             self.leases.insert(fetched.lease, fetched.jobs.len());
         }
-        for job in fetched.jobs {
+        let mut jobs = fetched.jobs;
+        if let Some(qi) = only.filter(|&qi| !self.queues[qi].paused && self.stopping.is_none()) {
+            // One queue's fetch, to be kept: appended in one move, not job by job.
+            let q = &mut self.queues[qi];
+            q.seen_priority |= jobs.iter().any(|j| j.priority != 0);
+            if q.buffer.is_empty() {
+                q.batch_since = Some(now);
+            }
+            q.buffer.append(&mut VecDeque::from(jobs));
+            jobs = Vec::new();
+        }
+        for job in jobs {
             let Some(qi) = only.or_else(|| self.queue_of(&job.queue)) else {
                 tracing::warn!(queue = %job.queue, id = %job.id, "fetch returned a job of a queue not asked for; releasing it");
                 self.settle(job.id, job.lease, Outcome::Release, st);
@@ -1287,7 +1305,13 @@ impl EventLoop {
         }
     }
 
-    fn task_done(&mut self, task: usize, done: Vec<Done>, elapsed: Duration, st: &mut WorkerStats) {
+    fn task_done(
+        &mut self,
+        task: usize,
+        mut done: Vec<Done>,
+        elapsed: Duration,
+        st: &mut WorkerStats,
+    ) {
         let Some(slot) = self.tasks.get_mut(task).and_then(Option::as_mut) else {
             return; // abandoned at the end of the grace period; its jobs were released
         };
@@ -1296,20 +1320,20 @@ impl EventLoop {
         };
         slot.inline = None;
         self.idle.push((task, Instant::now()));
-        let qi = match work {
+        let (qi, handoff) = match work {
             TaskWork::Jobs(h) => {
                 if !done.is_empty() {
                     self.job_time = Some(elapsed / done.len() as u32);
                 }
-                h.queue
+                (h.queue, Some(h))
             }
-            TaskWork::Batch { queue, .. } => queue,
+            TaskWork::Batch { queue, .. } => (queue, None),
         };
         let q = &mut self.queues[qi];
         q.busy -= 1;
         q.in_handoffs -= done.len();
         let mut acked = 0;
-        for d in done {
+        for d in done.drain(..) {
             let q = &mut self.queues[qi];
             if let Some(sizer) = q.sizer.as_mut() {
                 sizer.record(d.took);
@@ -1322,6 +1346,12 @@ impl EventLoop {
                 Outcome::Cancel => st.cancelled += 1,
             }
             self.settle_counted(d.id, d.lease, d.outcome, Some(qi));
+        }
+        // The task dropped its share of the hand-off before reporting, so it comes back.
+        if let Some(mut h) = handoff.filter(|_| self.spare.len() < SPARE_HANDOFFS) {
+            if Arc::get_mut(&mut h).is_some() {
+                self.spare.push((h, done));
+            }
         }
         if acked > 0 {
             st.completed += acked;

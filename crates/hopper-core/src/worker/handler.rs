@@ -11,6 +11,9 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 
+use tokio::time::Instant;
+
+use super::pool::{Done, Handoff, PoolContext, run_handoff};
 use crate::job::Job;
 
 /// A job handed to a handler: its decoded payload and everything else about it.
@@ -86,10 +89,38 @@ pub type JobResult = Result<(), JobError>;
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// One job's handler with the payload type erased. A payload that does not decode never
-/// reaches user code: `Err` carries the decoder's message.
+/// One job's handler with its payload type known: what [`ErasedHandler`] runs, job after
+/// job, without boxing each job's future.
+pub(crate) trait OneHandler: Send + Sync + 'static {
+    type Fut: Future<Output = JobResult> + Send;
+
+    /// The job's future; `Err` carries the decoder's message when the payload does not
+    /// decode, and the job never reaches user code. A panic in the closure's body, before
+    /// its first `.await`, unwinds out of here for the caller to catch.
+    fn call(&self, job: Job) -> Result<Self::Fut, String>;
+}
+
+/// One job's handler with the payload type erased. It runs a whole hand-off: one boxed
+/// future per hand-off, each job's own future kept inside it (a box per job was an
+/// allocation and a free on every job).
 pub(crate) trait ErasedHandler: Send + Sync {
-    fn call(&self, job: Job) -> Result<BoxFuture<JobResult>, String>;
+    fn run<'a>(
+        &'a self,
+        ctx: &'a PoolContext,
+        handoff: &'a Handoff,
+        since: Instant,
+    ) -> Pin<Box<dyn Future<Output = Vec<Done>> + Send + 'a>>;
+}
+
+impl<H: OneHandler> ErasedHandler for H {
+    fn run<'a>(
+        &'a self,
+        ctx: &'a PoolContext,
+        handoff: &'a Handoff,
+        since: Instant,
+    ) -> Pin<Box<dyn Future<Output = Vec<Done>> + Send + 'a>> {
+        Box::pin(run_handoff(self, ctx, handoff, since))
+    }
 }
 
 /// A batch handler with the payload type erased. Jobs whose payload does not decode are
@@ -104,17 +135,17 @@ pub(crate) struct FnHandler<T, F> {
     pub(crate) _t: std::marker::PhantomData<fn() -> T>,
 }
 
-impl<T, F, Fut> ErasedHandler for FnHandler<T, F>
+impl<T, F, Fut> OneHandler for FnHandler<T, F>
 where
     T: DeserializeOwned + Send + 'static,
     F: Fn(JobContext<T>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = JobResult> + Send + 'static,
 {
-    fn call(&self, job: Job) -> Result<BoxFuture<JobResult>, String> {
+    type Fut = Fut;
+
+    fn call(&self, job: Job) -> Result<Fut, String> {
         match serde_json::from_slice::<T>(&job.payload) {
-            Ok(payload) => Ok(call_deferring_panic(|| {
-                (self.f)(JobContext { payload, job })
-            })),
+            Ok(payload) => Ok((self.f)(JobContext { payload, job })),
             Err(e) => Err(format!("payload does not decode: {e}")),
         }
     }
@@ -168,7 +199,7 @@ async fn rethrow<T>(panic: Box<dyn std::any::Any + Send>) -> T {
     std::panic::resume_unwind(panic)
 }
 
-fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
     let msg = panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
@@ -20,13 +20,17 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::event_loop::Event;
-use super::handler::{ErrorKind, JobResult, QueueHandler, run_caught};
+use super::handler::{ErrorKind, JobResult, OneHandler, QueueHandler, panic_message, run_caught};
 use crate::broker::Outcome;
 use crate::job::{Job, JobId, LeaseId};
 use crate::retry::RetryPolicy;
 
 /// Jobs handed to one task, shared with the event loop until each starts.
-#[derive(Debug)]
+///
+/// The event loop keeps a finished hand-off, its deque and the results buffer its task
+/// filled, for the next one ([`Handoff::refill`]): making them anew took an allocation
+/// each per hand-off, the results' freed on another thread than the one that made them.
+#[derive(Debug, Default)]
 pub(crate) struct Handoff {
     pub(crate) queue: usize,
     state: Mutex<HandoffState>,
@@ -36,17 +40,25 @@ pub(crate) struct Handoff {
 struct HandoffState {
     waiting: VecDeque<Job>,
     running: Option<(JobId, LeaseId)>,
+    /// An empty buffer for the task's results, kept from an earlier hand-off.
+    done: Vec<Done>,
 }
 
 impl Handoff {
-    pub(crate) fn new(queue: usize, jobs: VecDeque<Job>) -> Self {
-        Handoff {
-            queue,
-            state: Mutex::new(HandoffState {
-                waiting: jobs,
-                running: None,
-            }),
-        }
+    /// Makes a finished hand-off, no longer shared, `queue`'s next with `jobs`; `done` is
+    /// the results buffer its task returned, taken in and empty.
+    pub(crate) fn refill(
+        &mut self,
+        queue: usize,
+        jobs: impl Iterator<Item = Job>,
+        done: Vec<Done>,
+    ) {
+        self.queue = queue;
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        debug_assert!(st.waiting.is_empty() && done.is_empty());
+        st.waiting.extend(jobs);
+        st.running = None;
+        st.done = done;
     }
 
     fn state(&self) -> MutexGuard<'_, HandoffState> {
@@ -81,6 +93,15 @@ impl Handoff {
     /// Takes every waiting job out.
     pub(crate) fn take_all_waiting(&self) -> Vec<Job> {
         self.state().waiting.drain(..).collect()
+    }
+
+    /// The jobs to run and a buffer for their results, when the task begins.
+    fn begin(&self) -> (usize, Vec<Done>) {
+        let mut st = self.state();
+        let jobs = st.waiting.len();
+        let mut done = std::mem::take(&mut st.done);
+        done.reserve(jobs);
+        (jobs, done)
     }
 
     /// Jobs waiting, and whether one is running.
@@ -263,34 +284,52 @@ pub(crate) async fn run_task(
 pub(crate) async fn run_work(ctx: &PoolContext, work: Work) -> (Vec<Done>, Duration) {
     let handed_at = Instant::now();
     let done = match work {
-        Work::Jobs(handoff) => run_handoff(ctx, &handoff, handed_at).await,
+        Work::Jobs(handoff) => {
+            let QueueHandler::One(handler) = &ctx.handlers[handoff.queue] else {
+                unreachable!("hand-offs of single jobs go to queues with a one-job handler")
+            };
+            handler.run(ctx, &handoff, handed_at).await
+        }
         Work::Batch { queue, jobs } => run_batch(ctx, queue, jobs, handed_at).await,
     };
     (done, handed_at.elapsed())
 }
 
-async fn run_handoff(ctx: &PoolContext, handoff: &Handoff, mut since: Instant) -> Vec<Done> {
-    let QueueHandler::One(handler) = &ctx.handlers[handoff.queue] else {
-        unreachable!("hand-offs of single jobs go to queues with a one-job handler")
-    };
+/// Runs a hand-off's jobs one after another: generic over the handler, so each job's
+/// future lives inside this one (see [`super::handler::ErasedHandler`]).
+pub(crate) async fn run_handoff<H: OneHandler>(
+    handler: &H,
+    ctx: &PoolContext,
+    handoff: &Handoff,
+    mut since: Instant,
+) -> Vec<Done> {
     let timed = ctx.timed[handoff.queue];
-    let jobs = handoff.load().0;
+    let (jobs, mut done) = handoff.begin();
     // Only a hand-off of one job times its polls: only those can run on the event loop,
     // and a queue whose hand-offs carry several jobs skips two clock reads per poll.
     let gauge = (jobs == 1).then(|| &ctx.polls[handoff.queue]);
-    let mut done = Vec::with_capacity(jobs);
     while let Some(job) = handoff.start_next() {
         let (id, lease, attempts) = (job.id, job.lease, (job.attempt, job.max_attempts));
         let timing = gauge.map(|gauge| (gauge, Instant::now()));
-        let outcome = match handler.call(job) {
-            Ok(fut) => {
+        let outcome = match catch_unwind(AssertUnwindSafe(|| handler.call(job))) {
+            Ok(Ok(fut)) => {
+                let fut = pin!(fut);
                 let result = match timing {
                     Some((gauge, called)) => run_caught(Timed::new(fut, gauge, called)).await,
                     None => run_caught(fut).await,
                 };
                 outcome_of(attempts, result, &ctx.retry)
             }
-            Err(error) => Outcome::DeadLetter { error },
+            Ok(Err(error)) => Outcome::DeadLetter { error },
+            Err(panic) => {
+                // The closure's body panicked before its future existed: a failed attempt,
+                // and a poll as long as the body ran.
+                if let Some((gauge, called)) = timing {
+                    gauge.polled(called.elapsed());
+                    gauge.finished(called.elapsed());
+                }
+                outcome_of(attempts, Err(panic_message(panic)), &ctx.retry)
+            }
         };
         let took = if timed {
             let now = Instant::now();
@@ -361,4 +400,53 @@ async fn run_batch(ctx: &PoolContext, queue: usize, jobs: Vec<Job>, since: Insta
         }
     }
     done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: i64) -> Job {
+        Job {
+            id: JobId(id),
+            queue: "q".into(),
+            payload: b"[1]".to_vec(),
+            priority: 0,
+            run_at: 0,
+            attempt: 1,
+            max_attempts: 3,
+            headers: Default::default(),
+            created_at: 0,
+            lease: LeaseId(9),
+        }
+    }
+
+    /// A hand-off refilled after it ran carries the new jobs only, in order, on the deque
+    /// and results buffer of the last one.
+    #[test]
+    fn a_refilled_handoff_runs_its_new_jobs_on_the_old_buffers() {
+        let mut h = Handoff::default();
+        h.refill(0, (1..=3).map(job), Vec::new());
+        let (jobs, mut done) = h.begin();
+        assert_eq!(jobs, 3);
+        let ran: Vec<i64> = std::iter::from_fn(|| h.start_next())
+            .map(|j| j.id.0)
+            .collect();
+        assert_eq!((ran, h.load()), (vec![1, 2, 3], (0, false)));
+        done.extend((1..=3).map(|id| Done {
+            id: JobId(id),
+            lease: LeaseId(9),
+            outcome: Outcome::Ack,
+            took: Duration::ZERO,
+        }));
+        let kept = done.capacity();
+        done.clear();
+
+        h.refill(2, (4..=5).map(job), done);
+        assert_eq!((h.queue, h.load()), (2, (2, false)));
+        let (jobs, done) = h.begin();
+        assert_eq!((jobs, done.len(), done.capacity()), (2, 0, kept));
+        assert_eq!(h.start_next().map(|j| j.id), Some(JobId(4)));
+        assert_eq!(h.running(), Some((JobId(4), LeaseId(9))));
+    }
 }

@@ -271,6 +271,35 @@ async fn a_panicking_handler_is_retried_with_backoff_then_dead_lettered() {
     assert_eq!(rec.last_error.as_deref(), Some("handler panicked: boom"));
 }
 
+/// A panic in the handler's body, before its future exists, is a failed attempt like a
+/// panic in the future: retried after its backoff, and the next attempt runs.
+#[tokio::test(start_paused = true)]
+async fn a_handler_panicking_before_its_future_is_retried() {
+    let (_, broker) = memory();
+    broker
+        .enqueue(vec![NewJob::json("q", &1u64).unwrap().max_attempts(3)])
+        .await
+        .unwrap();
+    let policy = RetryPolicy {
+        jitter: 0.0,
+        ..RetryPolicy::default()
+    };
+    let worker = Worker::builder(broker.clone())
+        .retry(policy)
+        .poll_interval(Duration::from_millis(100))
+        .queue("q", QueueOptions::new(), |job: JobContext<u64>| {
+            if job.job.attempt == 1 {
+                panic!("before the future");
+            }
+            async { Ok(()) }
+        })
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 1).await;
+    worker.shutdown().await;
+    assert_eq!((stats.retried, stats.dead, stats.completed), (1, 0, 1));
+}
+
 #[tokio::test(start_paused = true)]
 async fn handler_errors_steer_the_job() {
     let (_, broker) = memory();
