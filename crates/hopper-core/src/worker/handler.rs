@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
-
 use tokio::time::Instant;
 
 use super::pool::{Done, Handoff, PoolContext, run_handoff};

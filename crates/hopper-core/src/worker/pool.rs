@@ -325,8 +325,9 @@ pub(crate) async fn run_handoff<H: OneHandler>(
                 // The closure's body panicked before its future existed: a failed attempt,
                 // and a poll as long as the body ran.
                 if let Some((gauge, called)) = timing {
-                    gauge.polled(called.elapsed());
-                    gauge.finished(called.elapsed());
+                    let ran = called.elapsed();
+                    gauge.polled(ran);
+                    gauge.finished(ran);
                 }
                 outcome_of(attempts, Err(panic_message(panic)), &ctx.retry)
             }
