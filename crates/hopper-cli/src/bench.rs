@@ -727,9 +727,9 @@ async fn idle_latency(url: &str, name: &str) -> Result<Row> {
 }
 
 /// Lets the worker fall idle (5 ms), enqueues job `i` on the `latency` queue, and returns
-/// the moment the job was committed: the enqueue's return for a broker in another process
-/// (its commit is the last thing the call waits for), and the call itself for an
-/// in-process one, whose job is queued, and may start on the worker's other thread, before
+/// the moment the job was committed: the enqueue's return for a database or a server (the
+/// commit is the last thing the call waits for), and the call itself for the in-process
+/// memory broker, whose job is queued, and may start on the worker's other thread, before
 /// the call has returned (measured from the return, half the memory broker's samples came
 /// out as zero).
 async fn enqueue_after_a_gap(
