@@ -141,19 +141,15 @@ mod tests {
             u.insert(tag, held(tag));
         }
         assert_eq!((u.len(), u.lowest()), (5, Some(1)));
-        assert_eq!(u.remove(3).map(|h| h.copy.meta().priority), Some(3));
-        assert_eq!(
-            u.remove(3).map(|h| h.copy.meta().priority),
-            None,
-            "settled once"
-        );
+        assert_eq!(u.remove(3).map(|h| h.copy.priority()), Some(3));
+        assert_eq!(u.remove(3).map(|h| h.copy.priority()), None, "settled once");
         assert_eq!((u.len(), u.lowest()), (4, Some(1)));
         u.remove(1);
         assert_eq!(u.lowest(), Some(2));
         u.remove(2);
         assert_eq!(u.lowest(), Some(4), "past the settled 3");
         assert_eq!(tags(&u), vec![4, 5]);
-        assert_eq!(u.get(5).map(|h| h.copy.meta().priority), Some(5));
+        assert_eq!(u.get(5).map(|h| h.copy.priority()), Some(5));
         assert!(u.get(2).is_none() && u.get(6).is_none() && u.get(0).is_none());
         u.remove(5);
         u.remove(4);
@@ -182,7 +178,7 @@ mod tests {
             "a settled tag in the middle, held again, counts again"
         );
         u.remove(11);
-        assert_eq!(u.get(10).map(|h| h.copy.meta().priority), Some(100));
+        assert_eq!(u.get(10).map(|h| h.copy.priority()), Some(100));
         u.remove(13);
         assert_eq!(u.slots.len(), 2, "no empty slot kept past the highest tag");
         u.clear();
@@ -199,7 +195,7 @@ mod tests {
             u.insert(tag, held(tag));
             if tag > 101 {
                 assert_eq!(
-                    u.remove(tag - 100).map(|h| h.copy.meta().priority),
+                    u.remove(tag - 100).map(|h| h.copy.priority()),
                     Some((tag - 100) as i32)
                 );
             }
@@ -226,7 +222,7 @@ mod tests {
         }
         assert_eq!(u.lowest(), Some(1));
         for tag in 99_902..=100_001u64 {
-            assert_eq!(u.get(tag).map(|h| h.copy.meta().priority), Some(tag as i32));
+            assert_eq!(u.get(tag).map(|h| h.copy.priority()), Some(tag as i32));
         }
         assert!(u.get(50_000).is_none() && u.remove(50_000).is_none());
         u.remove(1);
