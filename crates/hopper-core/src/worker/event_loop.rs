@@ -209,8 +209,6 @@ pub(crate) struct EventLoop {
     step_again: bool,
     /// Hand-offs running on this task ([`INLINE_POLL_LIMIT`]).
     inline: FuturesUnordered<InlineWork>,
-    /// Inline hand-offs finished and not yet taken in: kept to spare an allocation per pass.
-    ran: Vec<InlineRan>,
     /// Finished hand-offs and their results buffers, for the next hand-offs to reuse.
     spare: Vec<(Arc<Handoff>, Vec<Done>)>,
 }
@@ -320,7 +318,6 @@ impl EventLoop {
             fetched_now: None,
             step_again: false,
             inline: FuturesUnordered::new(),
-            ran: Vec::new(),
             spare: Vec::new(),
         }
     }
@@ -376,28 +373,29 @@ impl EventLoop {
                     }
                 }
             };
-            // The hand-offs running on this task are polled before the stats lock is
-            // taken: handler code may read the stats.
-            let mut ran = std::mem::take(&mut self.ran);
-            let woke = match woke {
-                Woke::Inline(first) => {
-                    ran.push(first);
-                    None
-                }
-                other => Some(other),
+            // The hand-offs running on this task are polled without the stats lock, which
+            // handler code may take to read the stats; each one that finishes is taken in
+            // at once, before the next is polled, so that its settlement can go before the
+            // rest of a burst runs (on a pushed broker, the ack the server waits on).
+            let stats = self.stats.clone();
+            let (mut first, woke) = match woke {
+                Woke::Inline(first) => (Some(first), None),
+                other => (None, Some(other)),
             };
-            while let Some(Some(more)) = self.inline.next().now_or_never() {
-                ran.push(more);
-            }
-            let ran_here = ran.len();
+            let mut ran_here = 0;
+            while let Some(ran) = first
+                .take()
+                .or_else(|| self.inline.next().now_or_never().flatten())
             {
-                let stats = self.stats.clone();
-                let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
+                ran_here += 1;
                 // An aborted one (`Err`) had its jobs released when the grace period ended.
-                for (task, (done, elapsed)) in ran.drain(..).flatten() {
+                if let Ok((task, (done, elapsed))) = ran {
+                    let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
                     self.task_done(task, done, elapsed, &mut st);
                 }
-                self.ran = ran;
+            }
+            {
+                let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
                 match woke {
                     Some(Woke::Event(None)) => break,
                     Some(Woke::Event(Some(ev))) => self.handle(ev, &mut st),

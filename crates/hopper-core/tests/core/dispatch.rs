@@ -552,9 +552,11 @@ async fn a_handler_on_the_event_loop_can_read_the_worker_stats() {
     let worker = Arc::new(worker);
     *handle.lock().unwrap() = Some(worker.clone());
     let stats = wait_for(&worker, |s| s.completed == 8).await;
-    // Six of the eight ran on the event loop and read the stats from there.
+    // Six of the eight ran on the event loop and read the stats from there. Two that wake
+    // together finish one after the other, and the first is counted before the second is
+    // polled: the second reads one more.
     assert_eq!(stats.inline_handoffs, 6);
-    assert_eq!(*seen.lock().unwrap(), [0, 0, 2, 2, 4, 4, 6, 6]);
+    assert_eq!(*seen.lock().unwrap(), [0, 0, 2, 3, 4, 5, 6, 7]);
 }
 
 #[tokio::test(start_paused = true)]

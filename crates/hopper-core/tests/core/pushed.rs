@@ -2,9 +2,11 @@
 //! small in-test broker that pushes like RabbitMQ does: up to the window, one more per
 //! settlement. What is asserted is what the worker asks of such a broker: the windows it
 //! subscribes with (including Auto re-windowing), no fetch before the subscription, no lease
-//! renewal, the subscription closed at shutdown, and a fetch counted per hand-off.
+//! renewal, the subscription closed at shutdown, a fetch counted per hand-off, and when a
+//! burst's settlements go.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +36,12 @@ struct State {
     /// Settlement calls, and the tokio tasks they ran on.
     settles: u32,
     settle_tasks: std::collections::HashSet<Option<tokio::task::Id>>,
+    /// The most the subscription's first push holds (all the window when `None`).
+    first_push: Option<u32>,
+    /// Handlers started, counted by the test's handler when it has one.
+    started: Option<Arc<AtomicUsize>>,
+    /// Per settlement call: its settlements, and the handlers started when it came.
+    settled_at: Vec<(usize, usize)>,
 }
 
 #[derive(Debug)]
@@ -55,7 +63,8 @@ impl Pushing {
 
     fn push(&self, st: &mut State) {
         let mut pushed = false;
-        while st.window.is_none_or(|w| st.outstanding < w) {
+        let cap = st.first_push.take().unwrap_or(u32::MAX);
+        while st.window.is_none_or(|w| st.outstanding < w) && st.outstanding < cap {
             let Some(i) = st.backlog.pop_front() else {
                 break;
             };
@@ -114,6 +123,10 @@ impl Broker for Pushing {
         let mut st = self.state();
         st.settles += 1;
         st.settle_tasks.insert(tokio::task::try_id());
+        if let Some(started) = &st.started {
+            let at = (settlements.len(), started.load(Ordering::SeqCst));
+            st.settled_at.push(at);
+        }
         st.outstanding -= settlements.len() as u32;
         self.push(&mut st);
         Ok(SettleReport {
@@ -210,6 +223,48 @@ async fn settlements_that_finish_at_once_or_later_both_free_the_window() {
         let tasks = if yields { st.settles as usize } else { 1 };
         assert_eq!(st.settle_tasks.len(), tasks, "yields {yields}");
     }
+}
+
+/// A burst of brief jobs run on the event loop is settled as soon as half the window
+/// waits on it, before the rest of the burst runs: the server pushes nothing into the
+/// window until that ack arrives. Here a first job times the handler's polls, so that the
+/// next ten, pushed at once into a window of 10, run on the loop; the ack of five goes
+/// when six handlers have started (the first job and five of the ten), not eleven.
+#[tokio::test(start_paused = true)]
+async fn a_burst_on_the_loop_acks_half_the_window_before_the_rest_runs() {
+    let broker = Pushing::new(11);
+    let started = Arc::new(AtomicUsize::new(0));
+    {
+        let mut st = broker.state();
+        st.first_push = Some(1);
+        st.started = Some(started.clone());
+    }
+    let counter = started.clone();
+    let worker = Worker::builder(broker.clone())
+        .queue(
+            "q",
+            QueueOptions::new()
+                .concurrency(50)
+                .prefetch(Prefetch::Fixed(10)),
+            move |_job: JobContext<u64>| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { JobResult::Ok(()) }
+            },
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 11).await;
+    let inline = stats.inline_handoffs;
+    worker.shutdown().await;
+    let st = broker.state();
+    assert_eq!(inline, 10, "the ten after the first ran on the loop");
+    assert_eq!(
+        st.settled_at[..2],
+        [(1, 1), (5, 6)],
+        "the first job alone, then five of the ten with five still to run"
+    );
+    let settled: usize = st.settled_at.iter().map(|&(n, _)| n).sum();
+    assert_eq!(settled, 11);
 }
 
 #[tokio::test(start_paused = true)]
