@@ -170,6 +170,11 @@ impl MemQueue {
     }
 }
 
+/// A position in [`State::names`] as a held job keeps it.
+fn place(index: usize) -> u32 {
+    u32::try_from(index).expect("fewer than 2^32 queue names")
+}
+
 /// How often, at most, a fetch looks for expired leases.
 const REAP_EVERY_MS: Millis = 100;
 
@@ -225,15 +230,12 @@ impl State {
     /// The queue of this name, created on first use.
     fn queue(&mut self, name: &str) -> &mut MemQueue {
         if !self.queues.contains_key(name) {
-            let index = match self.names.iter().position(|n| &**n == name) {
-                Some(i) => i,
-                None => {
-                    self.names.push(Arc::from(name));
-                    self.names.len() - 1
-                }
-            };
+            let index = self.named(name).unwrap_or_else(|| {
+                self.names.push(Arc::from(name));
+                place(self.names.len() - 1)
+            });
             let q = MemQueue {
-                index: u32::try_from(index).expect("fewer than 2^32 queue names"),
+                index,
                 ..MemQueue::default()
             };
             self.queues.insert(name.to_owned(), q);
@@ -245,12 +247,13 @@ impl State {
     fn name_index(&self, name: &str) -> Option<u32> {
         match self.queues.get(name) {
             Some(q) => Some(q.index),
-            None => self
-                .names
-                .iter()
-                .position(|n| &**n == name)
-                .map(|i| i as u32),
+            None => self.named(name),
         }
+    }
+
+    /// The place of `name` in [`State::names`], looked up in the list itself.
+    fn named(&self, name: &str) -> Option<u32> {
+        self.names.iter().position(|n| &**n == name).map(place)
     }
 
     /// The whole job `held` keeps, in its queue.

@@ -33,12 +33,11 @@ mod memory {
         let a = fetch(&broker, "q", 2, TTL).await;
         let b = fetch(&broker, "q", 3, TTL).await;
         assert_eq!((a.jobs.len(), b.jobs.len()), (2, 3));
-        let ack = |j: &hopper_core::Job| Settlement::ack(j);
         let batch = vec![
-            ack(&a.jobs[0]),
-            ack(&b.jobs[0]),
-            ack(&a.jobs[1]),
-            ack(&b.jobs[1]),
+            Settlement::ack(&a.jobs[0]),
+            Settlement::ack(&b.jobs[0]),
+            Settlement::ack(&a.jobs[1]),
+            Settlement::ack(&b.jobs[1]),
         ];
         let report = broker.settle(batch).await.expect("settle");
         assert_eq!((report.applied, report.fenced.len()), (4, 0));
@@ -51,7 +50,10 @@ mod memory {
         let counts = broker.counts("q").await.expect("counts");
         assert_eq!((counts.leased, counts.pending), (1, 0));
         // b's last job still settles under its lease, which then goes too.
-        let report = broker.settle(vec![ack(&b.jobs[2])]).await.expect("settle");
+        let report = broker
+            .settle(vec![Settlement::ack(&b.jobs[2])])
+            .await
+            .expect("settle");
         assert_eq!(report.applied, 1);
         let lost = broker.renew(&[b.lease], TTL).await.expect("renew");
         assert_eq!(lost, vec![b.lease]);
