@@ -392,7 +392,7 @@ async fn amqp_row(url: &str, jobs: usize, window: u16, rounds: usize) -> Result<
     // cores, and one run of either moves by about a third from one run to the next.
     let (mut each, mut grouped, mut hopper) = (Vec::new(), Vec::new(), Vec::new());
     let (mut raw_cpu, mut raw_switches) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
+    for round in 1..=rounds {
         for (rates, ack_grouped) in [(&mut each, false), (&mut grouped, true)] {
             fill(&admin, &queue, jobs).await?;
             let raw = raw_lapin(url, &queue, jobs, window, ack_grouped).await?;
@@ -412,12 +412,19 @@ async fn amqp_row(url: &str, jobs: usize, window: u16, rounds: usize) -> Result<
             &["--prefetch", &window_arg, "--queues", &queue, "--prefilled"],
         )
         .await?;
+        // On stderr as it goes (the table is stdout's): a long run shows its progress, and
+        // each round's pair, which the table sums up as a median and a spread.
+        eprintln!(
+            "amqp window {window}, round {round}/{rounds}: raw {:.0}/s (acking each {:.0}/s), Hopper {:.0}/s",
+            grouped[grouped.len() - 1],
+            each[each.len() - 1],
+            row.hopper_per_s.unwrap_or(0.0)
+        );
         hopper.push(row);
     }
-    let (paired, paired_each) = (
-        paired_ratio(&hopper, &grouped),
-        paired_ratio(&hopper, &each),
-    );
+    let ratios = round_ratios(&hopper, &grouped);
+    let spread = ratio_spread(&ratios);
+    let (paired, paired_each) = (median(&mut ratios.clone()), paired_ratio(&hopper, &each));
     let hopper_cpu = hopper.iter().filter_map(|r| r.cpu_us_per_job).collect();
     let cpu = raw_beside_hopper("client CPU µs/msg", 1, raw_cpu, hopper_cpu);
     let hopper_switches = hopper.iter().filter_map(|r| r.switches_per_job).collect();
@@ -427,7 +434,7 @@ async fn amqp_row(url: &str, jobs: usize, window: u16, rounds: usize) -> Result<
     row.raw_per_s = Some(grouped);
     row.note = format!(
         "medians of {rounds} interleaved rounds, ratios the median of each round's; \
-         raw: lapin, grouped acks; acking each {each:.0}/s (Hopper/that {paired_each:.2}){cpu}{switches}"
+         raw: lapin, grouped acks{spread}; acking each {each:.0}/s (Hopper/that {paired_each:.2}){cpu}{switches}"
     );
     row.ratio = Some(paired);
     drop(admin);
@@ -440,12 +447,26 @@ async fn amqp_row(url: &str, jobs: usize, window: u16, rounds: usize) -> Result<
 /// and at 50k msgs/s in consecutive rounds on 1 December), so a ratio of the two medians
 /// could set a fast raw round against a slow Hopper one.
 fn paired_ratio(hopper: &[Row], raw: &[f64]) -> f64 {
-    let mut ratios: Vec<f64> = hopper
+    median(&mut round_ratios(hopper, raw))
+}
+
+/// Each round's Hopper rate over that round's raw rate, in round order.
+fn round_ratios(hopper: &[Row], raw: &[f64]) -> Vec<f64> {
+    hopper
         .iter()
         .zip(raw)
         .map(|(h, r)| h.hopper_per_s.unwrap_or(0.0) / r)
-        .collect();
-    median(&mut ratios)
+        .collect()
+}
+
+/// `; rounds' ratios LOW–HIGH`, the spread the median was taken from; nothing for one round.
+fn ratio_spread(ratios: &[f64]) -> String {
+    if ratios.len() < 2 {
+        return String::new();
+    }
+    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("; rounds' ratios {low:.2}–{high:.2}")
 }
 
 /// The middle value of `rates`.
@@ -1196,6 +1217,18 @@ mod tests {
         let hopper = [row(45.0, 1.0), row(27.0, 1.0), row(45.0, 1.0)];
         let raw = [50.0, 30.0, 31.0];
         assert!((paired_ratio(&hopper, &raw) - 0.9).abs() < 1e-9);
+    }
+
+    /// The note's spread runs from the lowest round's ratio to the highest, whatever their
+    /// order; one round has no spread.
+    #[test]
+    fn the_spread_names_the_lowest_and_highest_round() {
+        let ratios = round_ratios(
+            &[row(45.0, 1.0), row(24.0, 1.0), row(33.0, 1.0)],
+            &[50.0, 20.0, 30.0],
+        );
+        assert_eq!(ratio_spread(&ratios), "; rounds' ratios 0.90–1.20");
+        assert_eq!(ratio_spread(&ratios[..1]), "");
     }
 
     /// Each side's median, to the places asked; nothing when a side has no figure.
