@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
-use futures_util::future::{AbortHandle, Abortable, Aborted};
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use smallvec::SmallVec;
@@ -132,9 +131,6 @@ enum TaskWork {
 struct Task {
     tx: mpsc::UnboundedSender<Work>,
     join: JoinHandle<()>,
-    /// Work running on the event loop's task in this task's slot: the handle that aborts
-    /// it.
-    inline: Option<AbortHandle>,
     work: Option<TaskWork>,
 }
 
@@ -209,6 +205,9 @@ pub(crate) struct EventLoop {
     step_again: bool,
     /// Hand-offs running on this task ([`INLINE_POLL_LIMIT`]).
     inline: FuturesUnordered<InlineWork>,
+    /// The hand-offs that were running on this task when the grace period ended, to drop
+    /// once the stats lock is released (a handler's drop may read the stats).
+    abandoned_inline: FuturesUnordered<InlineWork>,
     /// Finished hand-offs and their results buffers, for the next hand-offs to reuse.
     spare: Vec<(Arc<Handoff>, Vec<Done>)>,
 }
@@ -217,8 +216,8 @@ pub(crate) struct EventLoop {
 const SPARE_HANDOFFS: usize = 64;
 
 /// What an inline hand-off returns: the pool task whose slot it ran in, what finished and
-/// how long it took; `Err` once aborted at the end of a grace period.
-type InlineRan = std::result::Result<(usize, (Vec<Done>, Duration)), Aborted>;
+/// how long it took.
+type InlineRan = (usize, (Vec<Done>, Duration));
 
 enum Woke {
     Event(Option<Event>),
@@ -318,6 +317,7 @@ impl EventLoop {
             fetched_now: None,
             step_again: false,
             inline: FuturesUnordered::new(),
+            abandoned_inline: FuturesUnordered::new(),
             spare: Vec::new(),
         }
     }
@@ -340,6 +340,9 @@ impl EventLoop {
                 }
                 now
             };
+            if !self.abandoned_inline.is_empty() {
+                self.abandoned_inline = FuturesUnordered::new();
+            }
             if std::mem::take(&mut self.step_again) {
                 continue;
             }
@@ -388,11 +391,9 @@ impl EventLoop {
                 .or_else(|| self.inline.next().now_or_never().flatten())
             {
                 ran_here += 1;
-                // An aborted one (`Err`) had its jobs released when the grace period ended.
-                if let Ok((task, (done, elapsed))) = ran {
-                    let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
-                    self.task_done(task, done, elapsed, &mut st);
-                }
+                let (task, (done, elapsed)) = ran;
+                let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
+                self.task_done(task, done, elapsed, &mut st);
             }
             {
                 let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
@@ -801,7 +802,6 @@ impl EventLoop {
         self.tasks[index] = Some(Task {
             tx,
             join,
-            inline: None,
             work: None,
         });
         self.live += 1;
@@ -820,12 +820,10 @@ impl EventLoop {
         let task = self.tasks[index].as_mut().expect("idle tasks are alive");
         task.work = Some(record);
         if inline {
-            let (abort, registration) = AbortHandle::new_pair();
-            task.inline = Some(abort);
             let ctx = self.ctx.clone();
-            let run = async move { (index, pool::run_work(&ctx, work).await) };
-            self.inline
-                .push(Box::pin(Abortable::new(run, registration)));
+            self.inline.push(Box::pin(async move {
+                (index, pool::run_work(&ctx, work).await)
+            }));
             return;
         }
         // A send fails only if the task died, which it does only when aborted at shutdown.
@@ -1316,7 +1314,6 @@ impl EventLoop {
         let Some(work) = slot.work.take() else {
             return;
         };
-        slot.inline = None;
         self.idle.push((task, Instant::now()));
         let (qi, handoff) = match work {
             TaskWork::Jobs(h) => {
@@ -1463,6 +1460,9 @@ impl EventLoop {
     /// At the end of the grace period: stop the tasks still running and release their jobs.
     fn abandon_running(&mut self, st: &mut WorkerStats) {
         self.release_unstarted(None, st);
+        // Every hand-off on this task belongs to a task abandoned below: each stops here,
+        // its handler's future dropped (after this pass, without the stats lock).
+        self.abandoned_inline = std::mem::take(&mut self.inline);
         for index in 0..self.tasks.len() {
             let Some(task) = self.tasks[index].as_mut() else {
                 continue;
@@ -1471,9 +1471,6 @@ impl EventLoop {
                 continue;
             };
             task.join.abort();
-            if let Some(abort) = task.inline.take() {
-                abort.abort();
-            }
             let held: Vec<(JobId, LeaseId)> = match &work {
                 TaskWork::Jobs(h) => h.running().into_iter().collect(),
                 TaskWork::Batch { held, .. } => held.clone(),

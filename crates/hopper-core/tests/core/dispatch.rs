@@ -450,21 +450,38 @@ async fn a_handler_that_holds_the_thread_always_gets_a_pool_task() {
     );
 }
 
+/// Sets its flag when dropped: a handler's future holding one was dropped.
+struct DropFlag(Arc<Mutex<bool>>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() = true;
+    }
+}
+
+/// The job is released and its handler's future dropped (cancelled) by the time the
+/// shutdown returns, not left to whenever the loop is dropped.
 #[tokio::test(start_paused = true)]
 async fn a_job_running_on_the_event_loop_is_released_when_the_grace_period_ends() {
     let (_, broker) = memory();
     enqueue_n(&broker, "q", 2).await;
+    let dropped = Arc::new(Mutex::new(false));
+    let flag = dropped.clone();
     let worker = Worker::builder(broker.clone())
         .queue(
             "q",
             QueueOptions::new().concurrency(2),
-            |job: JobContext<u64>| async move {
-                // The first two start on pool tasks and time the queue's polls brief; the
-                // third, enqueued after them, runs on the event loop and never finishes.
-                if job.payload == 99 {
-                    tokio::time::sleep(Duration::from_secs(3600)).await;
+            move |job: JobContext<u64>| {
+                let guard = (job.payload == 99).then(|| DropFlag(flag.clone()));
+                async move {
+                    // The first two start on pool tasks and time the queue's polls brief;
+                    // the third, enqueued after them, runs on the event loop and never
+                    // finishes.
+                    if let Some(_guard) = guard {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                    }
+                    Ok(())
                 }
-                Ok(())
             },
         )
         .start()
@@ -480,6 +497,10 @@ async fn a_job_running_on_the_event_loop_is_released_when_the_grace_period_ends(
     let stats = worker.shutdown_with(Duration::from_secs(2)).await;
     assert_eq!(t0.elapsed(), Duration::from_secs(2));
     assert_eq!((stats.completed, stats.released), (2, 1));
+    assert!(
+        *dropped.lock().unwrap(),
+        "the abandoned handler's future is dropped"
+    );
     let rec = broker.job(third).await.unwrap().unwrap();
     assert_eq!(rec.state, JobState::Pending);
     assert_eq!(rec.job.attempt, 0, "a released job is not charged");
