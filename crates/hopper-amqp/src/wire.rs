@@ -95,11 +95,18 @@ pub fn properties(
     for (k, v) in &job.headers {
         headers.insert(ShortString::from(k.as_str()), long_string(v));
     }
-    headers.insert(ATTEMPT.into(), AMQPValue::LongLongInt(attempt as i64));
-    headers.insert(
-        MAX_ATTEMPTS.into(),
-        AMQPValue::LongLongInt(job.max_attempts as i64),
-    );
+    // Attempt and max attempts go only when they differ from what their absence means (0
+    // and DEFAULT_MAX_ATTEMPTS): every consumer parses each header of every message, and on
+    // a new job with the default limit these two were two of its three.
+    if attempt > 0 {
+        headers.insert(ATTEMPT.into(), AMQPValue::LongLongInt(attempt as i64));
+    }
+    if job.max_attempts != DEFAULT_MAX_ATTEMPTS {
+        headers.insert(
+            MAX_ATTEMPTS.into(),
+            AMQPValue::LongLongInt(job.max_attempts as i64),
+        );
+    }
     headers.insert(CREATED_AT.into(), AMQPValue::LongLongInt(created_at));
     if run_at > created_at {
         headers.insert(RUN_AT.into(), AMQPValue::LongLongInt(run_at));
@@ -251,6 +258,37 @@ mod tests {
         let a = next_enqueue_id(1_800_000_000_000);
         let b = next_enqueue_id(1_800_000_000_000);
         assert!(b > a, "{a} then {b}");
+    }
+
+    fn header_names(props: &BasicProperties) -> Vec<String> {
+        let table = props.headers().as_ref().expect("headers");
+        table
+            .inner()
+            .keys()
+            .map(|k| k.as_str().to_owned())
+            .collect()
+    }
+
+    /// A new job at the default limit carries only its creation time; a later attempt, or
+    /// another limit, carries what differs from the absent header's meaning.
+    #[test]
+    fn attempt_headers_go_only_when_they_differ_from_their_absence() {
+        let job = NewJob::new("q", b"{}".to_vec());
+        let first = properties(None, &job, 1_000, 1_000, 0, None);
+        assert_eq!(header_names(&first), [CREATED_AT]);
+
+        let mut limited = NewJob::new("q", b"{}".to_vec());
+        limited.max_attempts = 3;
+        let retry = properties(None, &limited, 1_000, 5_000, 2, Some("boom"));
+        let table = retry.headers().as_ref().unwrap().inner();
+        assert_eq!(table.get(ATTEMPT).and_then(as_i64), Some(2));
+        assert_eq!(table.get(MAX_ATTEMPTS).and_then(as_i64), Some(3));
+        assert_eq!(table.get(RUN_AT).and_then(as_i64), Some(5_000));
+        assert_eq!(
+            header_names(&retry).len(),
+            5,
+            "attempt, max, created, run-at, error"
+        );
     }
 
     #[test]
