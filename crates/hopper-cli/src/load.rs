@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Args;
 use hopper::{
     Broker, ConfigError, Error, JobContext, JobResult, NewJob, Prefetch, QueueOptions, Result,
-    Worker,
+    Worker, WorkerBuilder,
 };
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -403,7 +403,11 @@ async fn enqueue(producer: &Arc<dyn Broker>, args: &LoadArgs) -> Result<f64> {
     Ok(started.elapsed().as_secs_f64())
 }
 
-fn build_worker(broker: Arc<dyn Broker>, args: &LoadArgs, tally: Arc<Tally>) -> Result<Worker> {
+fn build_worker(
+    broker: Arc<dyn Broker>,
+    args: &LoadArgs,
+    tally: Arc<Tally>,
+) -> Result<WorkerBuilder> {
     let mut opts = QueueOptions::new()
         .concurrency(args.concurrency)
         .max_batch(args.max_batch);

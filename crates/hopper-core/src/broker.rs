@@ -174,7 +174,7 @@ pub struct Capabilities {
     /// Jobs survive the process.
     pub durable: bool,
     /// Jobs live in this process, so fetching is a hand-off in memory: a worker keeps
-    /// a wide window and batches hand-offs (DESIGN.md §7).
+    /// a wide window and batches hand-offs (docs/design.md, "In-process hand-offs").
     pub in_process: bool,
     /// `run_at` and delays are honoured.
     pub delayed: bool,

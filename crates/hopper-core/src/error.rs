@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::job::JobId;
+use crate::id::JobId;
 
 /// A setting Hopper refuses, with the value given and what it accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,8 @@
 //! broker. It depends on no backend; brokers live in their own crates.
 //!
 //! # Layout
-//! - [`job`]: [`NewJob`] as producers make it, [`Job`] as workers hold it, ids and times.
+//! - [`job`]: [`NewJob`] as producers make it, [`Job`] as workers hold it, times.
+//! - [`id`]: [`JobId`] and [`LeaseId`], minted by brokers.
 //! - [`broker`]: the [`Broker`] trait, fetch requests, settlements and capabilities.
 //! - [`prefetch`]: the fetch policies ([`Prefetch`]) and the adaptive [`AutoSizer`].
 //! - [`retry`]: [`RetryPolicy`], exponential backoff with jitter.
@@ -15,6 +16,7 @@
 pub mod broker;
 pub mod clock;
 pub mod error;
+pub mod id;
 pub mod job;
 pub mod memory;
 pub mod prefetch;
@@ -34,6 +36,6 @@ pub use prefetch::{AutoSizer, Prefetch};
 pub use retry::RetryPolicy;
 pub use url::redact_url;
 pub use worker::{
-    JobContext, JobError, JobResult, QueueOptions, QueueStats, Worker, WorkerCounts, WorkerHandle,
+    JobContext, JobError, JobResult, QueueOptions, QueueStats, Worker, WorkerBuilder, WorkerCounts,
     WorkerStats,
 };

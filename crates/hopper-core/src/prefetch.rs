@@ -1,4 +1,5 @@
-//! Fetch sizing: the [`Prefetch`] policies of DESIGN.md and the adaptive [`AutoSizer`].
+//! Fetch sizing: the [`Prefetch`] policies and the adaptive [`AutoSizer`] (docs/design.md,
+//! "Prefetch policies").
 
 use std::fmt;
 use std::str::FromStr;

@@ -17,7 +17,7 @@ fn batch_worker(
     size: usize,
     wait: Duration,
     calls: Calls,
-) -> hopper_core::WorkerHandle {
+) -> hopper_core::Worker {
     Worker::builder(broker)
         .batch_queue(
             queue,

@@ -8,9 +8,7 @@ use std::time::Duration;
 use hopper_amqp::topology::{dead_queue, retry_bucket, retry_queue};
 use hopper_amqp::{AmqpBroker, AmqpOptions};
 use hopper_core::worker::STOP_SETTLE_LIMIT;
-use hopper_core::{
-    Broker, JobContext, JobError, NewJob, Prefetch, QueueOptions, Worker, WorkerHandle,
-};
+use hopper_core::{Broker, JobContext, JobError, NewJob, Prefetch, QueueOptions, Worker};
 
 use super::support::{
     Cleanup, FreezingProxy, Seen, Setup, another, enqueue_n, eventually, rabbitmqctl, setup,
@@ -52,7 +50,7 @@ async fn delete_as_operator(queues: &[String]) {
 
 /// A worker on `s.queue` at concurrency 10 and window 50 whose handler records each
 /// payload in `seen` and then takes `pause`.
-fn recording_worker(s: &Setup, seen: &Arc<Seen>, pause: Duration) -> WorkerHandle {
+fn recording_worker(s: &Setup, seen: &Arc<Seen>, pause: Duration) -> Worker {
     recording_worker_on(s.dyn_broker(), &s.queue, seen, pause)
 }
 
@@ -62,7 +60,7 @@ fn recording_worker_on(
     queue: &str,
     seen: &Arc<Seen>,
     pause: Duration,
-) -> WorkerHandle {
+) -> Worker {
     recording_worker_of(broker, &[queue.to_owned()], seen, pause)
 }
 
@@ -72,7 +70,7 @@ fn recording_worker_of(
     queues: &[String],
     seen: &Arc<Seen>,
     pause: Duration,
-) -> WorkerHandle {
+) -> Worker {
     let mut builder = Worker::builder(broker);
     for queue in queues {
         let seen = seen.clone();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use hopper_amqp::topology::{RETRY_BUCKETS_MS, dead_queue, retry_queue};
 use hopper_amqp::{AmqpBroker, AmqpOptions};
-use hopper_core::{Broker, FetchRequest, Job, JobId, NewJob, WorkerHandle, WorkerStats};
+use hopper_core::{Broker, FetchRequest, Job, JobId, NewJob, Worker, WorkerStats};
 use hopper_testkit::unique_name;
 
 /// The server the tests use.
@@ -107,7 +107,7 @@ pub async fn enqueue_n(broker: &AmqpBroker, queue: &str, n: usize) -> Vec<JobId>
 
 /// Waits (polling every 10 ms, up to `secs`) until `f` holds for the worker's stats.
 pub async fn wait_for(
-    worker: &WorkerHandle,
+    worker: &Worker,
     secs: u64,
     what: &str,
     f: impl Fn(&WorkerStats) -> bool,

@@ -5,14 +5,11 @@ use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
-use tokio::time::Instant;
 
-use super::pool::{Done, Handoff, PoolContext, run_handoff};
 use crate::job::Job;
 
 /// A job handed to a handler: its decoded payload and everything else about it.
@@ -99,29 +96,6 @@ pub(crate) trait OneHandler: Send + Sync + 'static {
     fn call(&self, job: Job) -> Result<Self::Fut, String>;
 }
 
-/// One job's handler with the payload type erased. It runs a whole hand-off: one boxed
-/// future per hand-off, each job's own future kept inside it (a box per job was an
-/// allocation and a free on every job).
-pub(crate) trait ErasedHandler: Send + Sync {
-    fn run<'a>(
-        &'a self,
-        ctx: &'a PoolContext,
-        handoff: &'a Handoff,
-        since: Instant,
-    ) -> Pin<Box<dyn Future<Output = Vec<Done>> + Send + 'a>>;
-}
-
-impl<H: OneHandler> ErasedHandler for H {
-    fn run<'a>(
-        &'a self,
-        ctx: &'a PoolContext,
-        handoff: &'a Handoff,
-        since: Instant,
-    ) -> Pin<Box<dyn Future<Output = Vec<Done>> + Send + 'a>> {
-        Box::pin(run_handoff(self, ctx, handoff, since))
-    }
-}
-
 /// A batch handler with the payload type erased. Jobs whose payload does not decode are
 /// returned apart, with their error.
 pub(crate) trait ErasedBatchHandler: Send + Sync {
@@ -205,11 +179,4 @@ pub(crate) fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic payload".into());
     format!("handler panicked: {msg}")
-}
-
-/// The handler of one queue.
-#[derive(Clone)]
-pub(crate) enum QueueHandler {
-    One(Arc<dyn ErasedHandler>),
-    Batch(Arc<dyn ErasedBatchHandler>),
 }

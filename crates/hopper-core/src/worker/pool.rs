@@ -19,8 +19,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::event_loop::Event;
-use super::handler::{ErrorKind, JobResult, OneHandler, QueueHandler, panic_message, run_caught};
+use super::handler::{
+    ErasedBatchHandler, ErrorKind, JobResult, OneHandler, panic_message, run_caught,
+};
 use crate::broker::Outcome;
 use crate::job::{Job, JobId, LeaseId};
 use crate::retry::RetryPolicy;
@@ -224,6 +225,36 @@ impl<F: Future + Unpin> Future for Timed<'_, F> {
     }
 }
 
+/// One job's handler with the payload type erased. It runs a whole hand-off: one boxed
+/// future per hand-off, each job's own future kept inside it (a box per job was an
+/// allocation and a free on every job).
+pub(crate) trait ErasedHandler: Send + Sync {
+    fn run<'a>(
+        &'a self,
+        ctx: &'a PoolContext,
+        handoff: &'a Handoff,
+        since: Instant,
+    ) -> Pin<Box<dyn Future<Output = Vec<Done>> + Send + 'a>>;
+}
+
+impl<H: OneHandler> ErasedHandler for H {
+    fn run<'a>(
+        &'a self,
+        ctx: &'a PoolContext,
+        handoff: &'a Handoff,
+        since: Instant,
+    ) -> Pin<Box<dyn Future<Output = Vec<Done>> + Send + 'a>> {
+        Box::pin(run_handoff(self, ctx, handoff, since))
+    }
+}
+
+/// The handler of one queue.
+#[derive(Clone)]
+pub(crate) enum QueueHandler {
+    One(Arc<dyn ErasedHandler>),
+    Batch(Arc<dyn ErasedBatchHandler>),
+}
+
 pub(crate) struct PoolContext {
     pub(crate) handlers: Vec<QueueHandler>,
     /// Per queue: how long its one-job handlers hold the thread per poll.
@@ -232,7 +263,16 @@ pub(crate) struct PoolContext {
     /// so other queues skip a clock read per job.
     pub(crate) timed: Vec<bool>,
     pub(crate) retry: RetryPolicy,
-    pub(crate) events: mpsc::UnboundedSender<Event>,
+    /// Where a pool task reports what it finished; `false` once nobody listens.
+    pub(crate) report: Box<dyn Fn(TaskReport) -> bool + Send + Sync>,
+}
+
+/// What a pool task reports when it finishes a piece of work.
+pub(crate) struct TaskReport {
+    pub(crate) task: usize,
+    pub(crate) done: Vec<Done>,
+    /// From the hand-off to the end of the last job.
+    pub(crate) elapsed: Duration,
 }
 
 /// Turns a handler's result into the settlement the broker gets.
@@ -265,15 +305,11 @@ pub(crate) async fn run_task(
 ) {
     while let Some(work) = rx.recv().await {
         let (done, elapsed) = run_work(&ctx, work).await;
-        if ctx
-            .events
-            .send(Event::TaskDone {
-                task,
-                done,
-                elapsed,
-            })
-            .is_err()
-        {
+        if !(ctx.report)(TaskReport {
+            task,
+            done,
+            elapsed,
+        }) {
             return;
         }
     }
@@ -296,7 +332,7 @@ pub(crate) async fn run_work(ctx: &PoolContext, work: Work) -> (Vec<Done>, Durat
 }
 
 /// Runs a hand-off's jobs one after another: generic over the handler, so each job's
-/// future lives inside this one (see [`super::handler::ErasedHandler`]).
+/// future lives inside this one (see [`ErasedHandler`]).
 pub(crate) async fn run_handoff<H: OneHandler>(
     handler: &H,
     ctx: &PoolContext,

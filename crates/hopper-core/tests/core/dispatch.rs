@@ -1,10 +1,10 @@
-//! Hand-offs inside the process (DESIGN.md §7) and the elastic pool.
+//! Hand-offs inside the process (docs/design.md, "In-process hand-offs") and the elastic pool.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hopper_core::worker::POOL_KEEP_ALIVE;
-use hopper_core::{JobContext, JobState, NewJob, QueueOptions, Worker, WorkerHandle, WorkerStats};
+use hopper_core::{JobContext, JobState, NewJob, QueueOptions, Worker, WorkerStats};
 use tokio::time::Instant;
 
 use super::support::{enqueue_n, memory, wait_for};
@@ -102,7 +102,7 @@ async fn the_pool_grows_to_the_limit_and_shrinks_back_to_one_idle_task() {
     worker.shutdown().await;
 }
 
-fn live_and_idle(worker: &WorkerHandle) -> (usize, usize) {
+fn live_and_idle(worker: &Worker) -> (usize, usize) {
     let s = worker.stats();
     (s.pool_tasks, s.idle_tasks)
 }
@@ -548,7 +548,7 @@ async fn a_handler_that_panics_before_its_first_await_fails_the_attempt_wherever
 
 #[tokio::test(start_paused = true)]
 async fn a_handler_on_the_event_loop_can_read_the_worker_stats() {
-    type Shared = Arc<Mutex<Option<Arc<WorkerHandle>>>>;
+    type Shared = Arc<Mutex<Option<Arc<Worker>>>>;
     let (_, broker) = memory();
     enqueue_n(&broker, "q", 8).await;
     let handle: Shared = Arc::default();

@@ -19,7 +19,7 @@ async fn start(
     prefetch: usize,
     job: Duration,
     n: usize,
-) -> (hopper_core::WorkerHandle, Arc<AtomicU64>) {
+) -> (hopper_core::Worker, Arc<AtomicU64>) {
     let mut remote = Remote::new(Duration::from_millis(1));
     remote.renewal = renewal;
     let broker: Arc<dyn Broker> = Arc::new(remote);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hopper_core::{
     Broker, CancelOutcome, Capabilities, Clock, Error, FetchRequest, Fetched, JobId, JobRecord,
-    LeaseId, MemoryBroker, NewJob, QueueCounts, Result, SettleReport, Settlement, WorkerHandle,
+    LeaseId, MemoryBroker, NewJob, QueueCounts, Result, SettleReport, Settlement, Worker,
     WorkerStats,
 };
 use tokio::sync::Notify;
@@ -29,7 +29,7 @@ pub async fn enqueue_n(broker: &Arc<dyn Broker>, queue: &str, n: usize) -> Vec<h
 }
 
 /// Waits, in paused time, until `done(stats)` holds; panics after an hour of virtual time.
-pub async fn wait_for(worker: &WorkerHandle, done: impl Fn(&WorkerStats) -> bool) -> WorkerStats {
+pub async fn wait_for(worker: &Worker, done: impl Fn(&WorkerStats) -> bool) -> WorkerStats {
     let start = Instant::now();
     loop {
         let s = worker.stats();

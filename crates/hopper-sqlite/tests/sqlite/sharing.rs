@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use hopper_core::{
     Broker, FetchRequest, JobContext, NewJob, QueueCounts, QueueOptions, Settlement, Worker,
-    WorkerHandle,
 };
 use hopper_sqlite::SqliteBroker;
 use hopper_testkit::helpers::{assert_each_once, claim_concurrently, enqueue_n};
@@ -58,7 +57,7 @@ async fn an_enqueue_on_one_broker_wakes_a_worker_on_another_of_the_same_file() {
 fn recording_worker(
     broker: Arc<dyn Broker>,
     poll: Duration,
-) -> (WorkerHandle, UnboundedReceiver<(u32, u64)>) {
+) -> (Worker, UnboundedReceiver<(u32, u64)>) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let worker = Worker::builder(broker)
         .poll_interval(poll)
@@ -134,7 +133,7 @@ async fn a_commit_by_another_process_wakes_an_idle_worker() {
         .collect();
     consumer.enqueue(others).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let fetches = |w: &WorkerHandle| {
+    let fetches = |w: &Worker| {
         let stats = w.stats();
         stats.fetches + stats.empty_fetches
     };

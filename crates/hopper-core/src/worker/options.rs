@@ -1,0 +1,116 @@
+//! How a queue is worked ([`QueueOptions`]) and the settings of a whole worker.
+
+use std::time::Duration;
+
+use super::pool::QueueHandler;
+use super::{DEFAULT_MAX_BATCH, HANDOFF_MAX, IN_PROCESS_HANDOFFS};
+use crate::prefetch::{AUTO_CEILING, Prefetch};
+use crate::retry::RetryPolicy;
+
+/// How one queue is worked.
+#[derive(Debug, Clone)]
+pub struct QueueOptions {
+    pub(crate) concurrency: usize,
+    pub(crate) prefetch: Option<Prefetch>,
+    pub(crate) max_batch: usize,
+    pub(crate) pop_ahead: bool,
+    pub(crate) batch: Option<(usize, Duration)>,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            concurrency: 10,
+            prefetch: None,
+            max_batch: DEFAULT_MAX_BATCH,
+            pop_ahead: false,
+            batch: None,
+        }
+    }
+}
+
+impl QueueOptions {
+    /// Defaults: concurrency 10, the broker's default prefetch (slots; on the in-process
+    /// broker, two hand-offs per slot: up to 64 jobs for jobs of a few microseconds, 2 for
+    /// jobs of 32 µs or more), `max_batch` 50, no pop-ahead.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The most handlers (or batches) of this queue running at once.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// The window policy.
+    pub fn prefetch(mut self, p: Prefetch) -> Self {
+        self.prefetch = Some(p);
+        self
+    }
+
+    /// The most jobs one fetch may ask for, 1..=1000.
+    pub fn max_batch(mut self, n: usize) -> Self {
+        self.max_batch = n;
+        self
+    }
+
+    /// Fetch the next batch while the last buffered job runs, instead of after it.
+    pub fn pop_ahead(mut self, on: bool) -> Self {
+        self.pop_ahead = on;
+        self
+    }
+
+    /// For batch handlers: a batch closes at `size` jobs or `wait` after its first job.
+    pub fn batch(mut self, size: usize, wait: Duration) -> Self {
+        self.batch = Some((size, wait));
+        self
+    }
+
+    /// The largest window these options can lead to; used to check lease renewal.
+    pub(crate) fn max_window(&self, in_process: bool) -> usize {
+        let per_slot = self.batch.map_or(1, |(size, _)| size);
+        let c = self.concurrency;
+        match self.prefetch {
+            None if in_process => c * per_slot.max(IN_PROCESS_HANDOFFS * HANDOFF_MAX),
+            None | Some(Prefetch::Slots) => c * per_slot,
+            Some(Prefetch::Fixed(n)) => n.max(c),
+            Some(Prefetch::Auto) => c * AUTO_CEILING,
+        }
+    }
+}
+
+/// Settings of a whole worker.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerConfig {
+    pub(crate) lease_ttl: Duration,
+    pub(crate) lease_renewal: bool,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) max_concurrency: Option<usize>,
+    pub(crate) poll_interval: Duration,
+    pub(crate) settle_batch: usize,
+    pub(crate) settle_delay: Duration,
+    pub(crate) grace: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            lease_ttl: Duration::from_secs(30),
+            lease_renewal: true,
+            retry: RetryPolicy::default(),
+            max_concurrency: None,
+            poll_interval: Duration::from_secs(1),
+            settle_batch: 256,
+            settle_delay: Duration::from_millis(2),
+            grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One queue of a worker: its name, options and handler.
+pub(crate) struct QueueSpec {
+    pub(crate) name: String,
+    pub(crate) options: QueueOptions,
+    pub(crate) handler: QueueHandler,
+}
