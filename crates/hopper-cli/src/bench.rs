@@ -25,7 +25,8 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use hopper::{Error, FetchRequest, JobContext, NewJob, QueueOptions, Result, Settlement, Worker};
+use hopper::broker::{FetchRequest, Settlement};
+use hopper::{Error, JobContext, NewJob, QueueOptions, Result, Worker};
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 

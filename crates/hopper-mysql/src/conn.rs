@@ -3,7 +3,7 @@
 //!
 //! Not sqlx's `Pool`, for two reasons. Going through a pool for every statement doubled
 //! client CPU against a dedicated connection, measured on PostgreSQL with the same driver
-//! (DESIGN.md, "Costs that set the speed"). And a pool's reaper and acquire timeouts
+//! (docs/design.md, "Costs that set the speed"). And a pool's reaper and acquire timeouts
 //! register tokio timers, which break tests on tokio's paused clock: the clock jumps to the
 //! next timer whenever the runtime waits on a socket. Nothing on the query path registers a
 //! timer; idle time is measured with `std::time::Instant`.

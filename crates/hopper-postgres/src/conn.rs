@@ -1,10 +1,11 @@
 //! A small fixed set of dedicated connections.
 //!
 //! Not sqlx's `Pool`, for two measured reasons: going through a pool for every statement
-//! doubled client CPU and cost about 15% at batch 10 against a dedicated connection (see
-//! DESIGN.md), and a pool's reaper and acquire timeouts register tokio timers, which tests on
-//! tokio's paused clock cannot have while they wait on a socket. A connection that fails
-//! with an I/O error is dropped and the next call opens a new one.
+//! doubled client CPU and cost about 15% at batch 10 against a dedicated connection
+//! (docs/design.md, "Costs that set the speed"), and a pool's reaper and acquire timeouts
+//! register tokio timers, which tests on tokio's paused clock cannot have while they wait
+//! on a socket. A connection that fails with an I/O error is dropped and the next call
+//! opens a new one.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -3,9 +3,14 @@
 //! hoarding, run them on a bounded pool, and settle each one.
 //!
 //! # Layout
-//! This crate is the front door: it re-exports [`hopper_core`] (jobs, the [`Worker`], the
-//! in-process [`MemoryBroker`]) and each broker crate behind its feature, and [`connect`]s
-//! to a broker by URL.
+//! This crate is the front door. At its root: what a program that enqueues and works jobs
+//! uses (jobs, the [`Worker`] and its options, the [`Broker`] handle and what it reports,
+//! errors), each broker behind its feature, and [`connect`], which opens a broker by URL.
+//! - [`broker`]: the kit for writing a broker crate (fetch requests, settlements, leases,
+//!   held copies of jobs, the clock); a program that only enqueues and works jobs does not
+//!   need it.
+//! - [`memory`]: the in-process broker's topics.
+//! - [`worker`]: the worker's limits and defaults, as constants.
 //!
 //! | URL | broker | feature |
 //! |---|---|---|
@@ -40,13 +45,45 @@ use std::sync::Arc;
 
 #[cfg(feature = "amqp")]
 pub use hopper_amqp::{AmqpBroker, AmqpOptions, QueueKind, QueueSettings};
-pub use hopper_core::*;
+pub use hopper_core::{
+    Broker, CancelOutcome, Capabilities, Chain, ConfigError, Error, Job, JobContext, JobError,
+    JobId, JobRecord, JobResult, JobState, MemoryBroker, NewJob, Prefetch, QueueCounts,
+    QueueOptions, QueueStats, Result, RetryPolicy, RunAt, Worker, WorkerBuilder, WorkerCounts,
+    WorkerStats, redact_url,
+};
 #[cfg(feature = "mysql")]
 pub use hopper_mysql::{MySqlBroker, MySqlOptions};
 #[cfg(feature = "postgres")]
 pub use hopper_postgres::{PgBroker, PgOptions};
 #[cfg(feature = "sqlite")]
 pub use hopper_sqlite::SqliteBroker;
+
+pub mod broker {
+    //! The kit for broker crates: what a [`Broker`] implementation takes and returns
+    //! (fetch requests with their budgets, leases, settlements and their outcomes), the
+    //! copies of held jobs a broker keeps, the adaptive sizer, the clock brokers read, and
+    //! helpers for times and headers. Programs that enqueue and work jobs do not need it.
+    pub use hopper_core::broker::*;
+    pub use hopper_core::clock::{Clock, Pace};
+    pub use hopper_core::job::{
+        DEFAULT_MAX_ATTEMPTS, Millis, from_millis, headers_from_json, to_millis,
+        validate_queue_name,
+    };
+    pub use hopper_core::{AutoSizer, JobCopy, LeaseId};
+}
+
+pub mod memory {
+    //! The in-process broker and its topics: publish once, many subscriptions.
+    pub use hopper_core::memory::{MemoryBroker, Subscription, Topic};
+}
+
+pub mod worker {
+    //! The worker's limits and defaults.
+    pub use hopper_core::worker::{
+        DEFAULT_BATCH_WAIT, DEFAULT_MAX_BATCH, HANDOFF_MAX, MAX_BATCH_LIMIT, POOL_KEEP_ALIVE,
+        SIZES_KEPT, STOP_SETTLE_LIMIT,
+    };
+}
 
 /// The broker URL used when none is given: an SQLite file in the working directory.
 pub const DEFAULT_BROKER_URL: &str = "sqlite://hopper.db";
@@ -69,12 +106,39 @@ pub fn supported_schemes() -> String {
     schemes.join(", ")
 }
 
+/// Each broker's URL schemes, the feature that builds it in, and whether this build has it.
+type FeatureTable = [(&'static [&'static str], &'static str, bool)];
+
+const FEATURES: &FeatureTable = &[
+    (&["sqlite"], "sqlite", cfg!(feature = "sqlite")),
+    (
+        &["postgres", "postgresql"],
+        "postgres",
+        cfg!(feature = "postgres"),
+    ),
+    (&["mysql", "mariadb"], "mysql", cfg!(feature = "mysql")),
+    (&["amqp"], "amqp", cfg!(feature = "amqp")),
+];
+
+/// The feature `url`'s broker needs, when this build left it out.
+fn left_out(url: &str, table: &FeatureTable) -> Option<&'static str> {
+    let (scheme, _) = url.split_once("://")?;
+    table
+        .iter()
+        .find(|(schemes, _, on)| !on && schemes.contains(&scheme))
+        .map(|(_, feature, _)| *feature)
+}
+
 fn refuse(url: &str) -> Error {
-    Error::Config(ConfigError::new(
-        "broker URL",
-        redact_url(url),
-        format!("one of {}", supported_schemes()),
-    ))
+    let allowed = match left_out(url, FEATURES) {
+        Some(feature) => format!(
+            "a build with the hopper crate's `{feature}` feature (hopper = {{ version = \"0.1\", \
+             features = [\"{feature}\"] }}); this build connects to {}",
+            supported_schemes()
+        ),
+        None => format!("one of {}", supported_schemes()),
+    };
+    Error::Config(ConfigError::new("broker URL", redact_url(url), allowed))
 }
 
 /// Opens the broker a URL names. Each call opens a new broker: two `memory://` calls give
@@ -128,5 +192,31 @@ mod tests {
         );
         assert!(connect("memory://").await.is_ok());
         assert!(connect("hopper.db").await.is_err());
+    }
+
+    #[test]
+    fn a_url_of_a_feature_left_out_names_the_feature() {
+        let table: &FeatureTable = &[
+            (&["postgres", "postgresql"], "postgres", false),
+            (&["amqp"], "amqp", true),
+        ];
+        assert_eq!(
+            left_out("postgresql://u:pw@host/db", table),
+            Some("postgres")
+        );
+        assert_eq!(left_out("amqp://guest:guest@host:5672/%2f", table), None);
+        assert_eq!(left_out("redis://host/0", table), None);
+        assert_eq!(left_out("postgres:/host/db", table), None);
+        // The message of this build, for a scheme it left out or for an unknown one.
+        let err = refuse("postgres://u:pw@host/db").to_string();
+        if cfg!(feature = "postgres") {
+            assert!(
+                err.ends_with(&format!("one of {}", supported_schemes())),
+                "{err}"
+            );
+        } else {
+            assert!(err.contains("`postgres` feature"), "{err}");
+        }
+        assert!(!err.contains("pw"), "{err}");
     }
 }
