@@ -88,16 +88,19 @@ impl Intake {
         }
     }
 
+    #[inline]
     pub(super) fn pushed(&self) -> bool {
         self.mode == Mode::Pushed
     }
 
+    #[inline]
     pub(super) fn in_process(&self) -> bool {
         self.mode == Mode::InProcess
     }
 
     /// The most jobs `q` may hold unsettled, buffered plus handed off. `job_time` is the
     /// time per job of the last timed hand-off, which sizes an in-process default window.
+    #[inline]
     pub(super) fn window(&self, q: &QueueState, job_time: Option<Duration>) -> usize {
         let c = q.opts.concurrency;
         let per_slot = q.per_slot();
@@ -112,6 +115,7 @@ impl Intake {
     }
 
     /// How many jobs to fetch for `q` now, given its `window`; 0 for none.
+    #[inline]
     pub(super) fn want(&self, q: &QueueState, window: usize) -> usize {
         if q.paused || q.drained || (self.pushed() && !q.subscribed) {
             return 0;
@@ -158,6 +162,7 @@ impl Intake {
     /// in-process broker waits until half a fetch is free, or an eighth of the window if
     /// that is less. `Prefetch::Auto` sizes fetches by its own rule; batch and `pop_ahead`
     /// queues keep theirs; a pushed broker's fetch only takes what already arrived.
+    #[inline]
     pub(super) fn top_up(&self, q: &QueueState, want: usize, window: usize) -> bool {
         if self.pushed() || q.sizer.is_some() || q.opts.batch.is_some() || q.opts.pop_ahead {
             return false;
@@ -175,6 +180,7 @@ impl Intake {
 
     /// How long a top-up is held back: one fetch round trip, at most 50 ms; nothing until
     /// a fetch was timed.
+    #[inline]
     pub(super) fn hold(&self) -> Duration {
         self.rtt
             .unwrap_or(Duration::ZERO)

@@ -40,6 +40,7 @@ impl Leases {
     }
 
     /// A fetch brought `jobs` jobs under `lease`.
+    #[inline]
     pub(super) fn held(&mut self, lease: LeaseId, jobs: usize) {
         if self.enabled {
             self.held.insert(lease, jobs);
@@ -48,6 +49,7 @@ impl Leases {
 
     /// One job of `lease` is being settled; returns whether the settlement should go to the
     /// broker (`false` once the lease was lost: the broker took the job back).
+    #[inline]
     pub(super) fn settled(&mut self, lease: LeaseId) -> bool {
         if let Some(n) = self.held.get_mut(&lease) {
             *n -= 1;

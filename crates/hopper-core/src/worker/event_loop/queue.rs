@@ -64,16 +64,19 @@ impl QueueState {
     }
 
     /// Jobs a slot takes at once: a batch handler's batch size, else one.
+    #[inline]
     pub(super) fn per_slot(&self) -> usize {
         self.opts.batch.map_or(1, |(size, _)| size)
     }
 
     /// Jobs held and not started: buffered, or waiting in a hand-off.
+    #[inline]
     pub(super) fn waiting(&self) -> usize {
         self.buffer.len() + self.in_handoffs - self.busy.min(self.in_handoffs)
     }
 
     /// Takes a fetched job into the buffer.
+    #[inline]
     pub(super) fn take_in(&mut self, job: Job, now: Instant) {
         if job.priority != 0 {
             self.seen_priority = true;
@@ -85,6 +88,7 @@ impl QueueState {
     }
 
     /// Takes a whole fetch of this queue into the buffer in one move.
+    #[inline]
     pub(super) fn take_in_all(&mut self, jobs: Vec<Job>, now: Instant) {
         self.seen_priority |= jobs.iter().any(|j| j.priority != 0);
         if self.buffer.is_empty() {

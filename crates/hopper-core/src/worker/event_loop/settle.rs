@@ -31,6 +31,7 @@ pub(super) struct Settler {
 
 impl Settler {
     /// Nothing waits and nothing is in flight.
+    #[inline]
     pub(super) fn idle(&self) -> bool {
         self.pending.is_empty() && self.in_flight.is_none()
     }

@@ -88,10 +88,12 @@ impl Tasks {
     }
 
     /// An idle task can take work, or a new one may be spawned.
+    #[inline]
     pub(super) fn available(&self) -> bool {
         !self.idle.is_empty() || self.live < self.limit
     }
 
+    #[inline]
     pub(super) fn all_idle(&self) -> bool {
         self.idle.len() == self.live
     }
@@ -119,6 +121,7 @@ impl Tasks {
 
     /// Gives `work` to an idle task (a new one if none is idle), to run on the event
     /// loop's own task in that task's slot if `inline`.
+    #[inline]
     pub(super) fn give(&mut self, work: Work, record: TaskWork, inline: bool) {
         let index = match self.idle.pop() {
             Some((i, _)) => i,
@@ -143,6 +146,7 @@ impl Tasks {
 
     /// A task reported back: it is idle again. Returns what it was working on, or `None`
     /// for a task abandoned at the end of the grace period (its jobs were released).
+    #[inline]
     pub(super) fn finish(&mut self, task: usize) -> Option<TaskWork> {
         let work = self.slots.get_mut(task)?.as_mut()?.work.take()?;
         self.idle.push((task, Instant::now()));
@@ -208,11 +212,13 @@ impl Tasks {
     }
 
     /// A finished hand-off and its results buffer to reuse, or new ones.
+    #[inline]
     pub(super) fn spare(&mut self) -> (Arc<Handoff>, Vec<Done>) {
         self.spare.pop().unwrap_or_default()
     }
 
     /// Keeps a finished hand-off for reuse, if the task has dropped its share of it.
+    #[inline]
     pub(super) fn keep_spare(&mut self, mut handoff: Arc<Handoff>, done: Vec<Done>) {
         if self.spare.len() < SPARE_HANDOFFS && Arc::get_mut(&mut handoff).is_some() {
             self.spare.push((handoff, done));
