@@ -5,6 +5,7 @@ mod core {
     mod config;
     mod dispatch;
     mod fetching;
+    mod inline;
     mod pushed;
     mod renewal;
     mod safety;

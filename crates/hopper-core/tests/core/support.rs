@@ -150,3 +150,8 @@ impl Broker for Remote {
         self.inner.wake_signal()
     }
 }
+
+/// A handler that does nothing and succeeds.
+pub async fn noop(_job: hopper_core::JobContext<u64>) -> hopper_core::JobResult {
+    Ok(())
+}
