@@ -42,6 +42,10 @@ struct State {
     started: Option<Arc<AtomicUsize>>,
     /// Per settlement call: its settlements, and the handlers started when it came.
     settled_at: Vec<(usize, usize)>,
+    /// How long a `subscribe` takes to open (RabbitMQ: a channel, `basic.qos`, a consumer).
+    subscribe_takes: Option<Duration>,
+    /// `subscribe` and `unsubscribe` calls in the order they took effect.
+    calls: Vec<&'static str>,
 }
 
 #[derive(Debug)]
@@ -153,7 +157,12 @@ impl Broker for Pushing {
         Ok(0)
     }
     async fn subscribe(&self, _queue: &str, window: Option<u32>) -> Result<()> {
+        let takes = self.state().subscribe_takes;
+        if let Some(takes) = takes {
+            tokio::time::sleep(takes).await;
+        }
         let mut st = self.state();
+        st.calls.push("subscribe");
         st.subscribed.push(window);
         st.window = window;
         self.push(&mut st);
@@ -161,6 +170,7 @@ impl Broker for Pushing {
     }
     async fn unsubscribe(&self, _queue: &str) -> Result<()> {
         let mut st = self.state();
+        st.calls.push("unsubscribe");
         st.unsubscribed += 1;
         let back: Vec<u64> = st.buffer.drain(..).map(|j| j.id.0 as u64).collect();
         st.outstanding -= back.len() as u32;
@@ -345,4 +355,46 @@ async fn a_batch_queue_subscribes_for_its_batches_and_counts_them_as_fetches() {
     );
     assert_eq!(stats.batch_sizes, vec![5; 8], "eight batches of five");
     assert_eq!(stats.fetches, 8);
+}
+
+/// A pause that comes while the first `subscribe` is still on its way closes the
+/// subscription once it is open, not before: an `unsubscribe` sent at once would reach the
+/// broker first, and the server would then push the whole backlog to a paused worker.
+#[tokio::test(start_paused = true)]
+async fn a_pause_during_the_first_subscribe_closes_the_subscription_once_open() {
+    let broker = Pushing::new(10);
+    broker.state().subscribe_takes = Some(Duration::from_millis(100));
+    let started = Arc::new(AtomicUsize::new(0));
+    let counter = started.clone();
+    let worker = Worker::builder(broker.clone())
+        .queue(
+            "q",
+            QueueOptions::new()
+                .concurrency(2)
+                .prefetch(Prefetch::Fixed(4)),
+            move |_job: JobContext<u64>| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { JobResult::Ok(()) }
+            },
+        )
+        .start()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    worker.pause("q").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    {
+        let st = broker.state();
+        assert_eq!(st.calls, ["subscribe", "unsubscribe"]);
+        assert_eq!((st.outstanding, st.backlog.len()), (0, 10));
+    }
+    assert_eq!(started.load(Ordering::SeqCst), 0);
+    worker.resume("q").await.unwrap();
+    wait_for(&worker, |s| s.completed == 10).await;
+    let stats = worker.shutdown().await;
+    assert_eq!(started.load(Ordering::SeqCst), 10);
+    assert_eq!(stats.completed, 10);
+    assert_eq!(
+        broker.state().calls,
+        ["subscribe", "unsubscribe", "subscribe", "unsubscribe"]
+    );
 }

@@ -55,9 +55,11 @@ impl EventLoop {
     }
 
     /// Closes a paused queue's subscription, so the server gives its deliveries to others.
+    /// While a `subscribe` is still in flight it waits for its answer: sent now, the
+    /// `unsubscribe` could reach the broker first and leave the subscription open.
     pub(super) fn unsubscribe_paused(&mut self, qi: usize) {
         let q = &mut self.queues[qi];
-        if !self.intake.pushed() || q.window_sent.is_none() {
+        if !self.intake.pushed() || q.window_sent.is_none() || q.subscribing {
             return;
         }
         q.window_sent = None;
@@ -77,6 +79,10 @@ impl EventLoop {
         q.subscribed = q.window_sent.is_some();
         if let Err(e) = result {
             tracing::error!(queue = %q.name, error = %e.chain(), "subscribing failed");
+        }
+        if q.paused {
+            // Paused while its subscription was being opened or resized.
+            self.unsubscribe_paused(qi);
         }
     }
 
