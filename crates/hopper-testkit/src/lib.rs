@@ -23,7 +23,9 @@
 //! stderr and passes.
 //!
 //! # Layout
-//! - [`cases`]: the cases, one `pub async fn` each, callable on their own.
+//! - [`cases`]: the cases, one `pub async fn` each, callable on their own, in files by
+//!   area (`cases/enqueue.rs`, `fetch.rs`, `leases.rs`, `settle.rs`, `inspect.rs`) and
+//!   re-exported as `cases::<name>`.
 //! - [`helpers`]: enqueueing, fetching and settling shorthands, and
 //!   [`claim_concurrently`](helpers::claim_concurrently).
 //! - [`cleanup`]: [`WithCleanup`], a broker that removes its schema or database when
