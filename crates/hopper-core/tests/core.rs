@@ -12,4 +12,5 @@ mod core {
     pub mod support;
     mod top_up;
     mod topics;
+    mod worker_suite;
 }
