@@ -10,7 +10,8 @@ use crate::helpers::enqueue_n;
 
 /// A queue paused before 10 jobs arrive starts none of them over half a second (ten idle
 /// polls): the worker counts 10 pending and 0 processing, and so does the broker. After
-/// `resume` all 10 run, once each, and nothing was released.
+/// `resume` all 10 run, once each, on attempt 1. (A fetch already out when the pause came
+/// may bring jobs back; the pause releases them uncharged, so they too run on attempt 1.)
 pub async fn pause_and_resume(target: Target) {
     const N: usize = 10;
     let Target { broker, queue, .. } = target;
@@ -53,7 +54,7 @@ pub async fn pause_and_resume(target: Target) {
         attempts.values().all(|a| a == &[1]),
         "each job ran once, on attempt 1: {attempts:?}"
     );
-    assert_eq!((stats.completed, stats.released), (N as u64, 0));
+    assert_eq!(stats.completed, N as u64, "completed");
 }
 
 /// 4 jobs, a worker at concurrency 1 with a window of 2: job 0 runs (held at a gate), job
