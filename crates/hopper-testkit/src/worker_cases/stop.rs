@@ -5,17 +5,17 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hopper_core::{JobContext, JobState, Prefetch, QueueCounts, QueueOptions, Worker};
+use hopper_core::{Broker, JobContext, JobState, Prefetch, QueueCounts, QueueOptions, Worker};
 
 use super::{Gate, PATIENCE, Runs, Target, builder, choose_clock, counts, skip_for, wait_for};
 use crate::helpers::enqueue_n;
 
 /// 12 jobs, a worker at concurrency 1 with a window of 6: one job runs (held at a gate)
-/// and 5 wait in the buffer when the stop begins. The stop hands the 5 back (the broker
-/// counts 11 pending while the running one is still held), lets the running one finish,
-/// and reports 5 released, 1 completed. The 11 left are pending with no attempt charged
-/// (their records say attempt 0 where the broker keeps records), and a second worker runs
-/// each of them once, on attempt 1.
+/// and 5 wait unstarted when the stop begins. The stop hands the 5 back (on a pulled
+/// broker: 5 released, and the broker counts 11 pending while the running one is still
+/// held), lets the running one finish (1 completed), and leaves 11 pending. None of them
+/// was charged: their records say attempt 0 where the broker keeps records, and a second
+/// worker runs each of them once, on attempt 1.
 pub async fn release_at_shutdown(target: Target) {
     const N: usize = 12;
     const WINDOW: usize = 6;
@@ -42,39 +42,59 @@ pub async fn release_at_shutdown(target: Target) {
         )
         .start()
         .expect("start");
-    wait_for(&worker, "1 job running and 5 buffered", |s| {
-        s.running == 1 && s.buffered == WINDOW - 1
+    wait_for(&worker, "1 job running", |s| s.running == 1).await;
+    // The window is full: 6 held, 1 running. A pulled broker's jobs wait in the worker's
+    // buffer; a pushed broker's may still wait in the broker's own, not yet taken.
+    wait_until(&broker, &queue, "6 jobs held", |c| {
+        c.leased == WINDOW as u64
     })
     .await;
-    // The running job finishes only once the broker holds the 5 buffered ones pending
-    // again, so the stop's release is seen while a handler still runs.
+    let pushed = broker.capabilities().pushed;
+    if !pushed {
+        assert_eq!(
+            worker.stats().buffered,
+            WINDOW - 1,
+            "jobs buffered at the stop"
+        );
+    }
+    // The running job finishes once the stop has handed the others back: on a pulled
+    // broker once the broker counts them pending again (11), which shows the release came
+    // while a handler still ran. A pushed broker's subscription stays open until the stop
+    // ends, so the server may hand released jobs straight back to it; there the gate opens
+    // 300 ms after the stop began.
     let (b, q, opener) = (broker.clone(), queue.clone(), gate.clone());
     let watcher = tokio::spawn(async move {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let c = counts(&b, &q).await;
-            if c.pending == (N - 1) as u64 {
-                opener.open();
-                return c;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the stop never handed the buffered jobs back: {c:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        if pushed {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        } else {
+            wait_until(&b, &q, "11 pending while the last handler runs", |c| {
+                c.pending == (N - 1) as u64 && c.leased <= 1
+            })
+            .await;
         }
+        opener.open();
     });
     let stats = worker.shutdown().await;
-    let during = watcher.await.expect("the watcher");
+    watcher.await.expect("the watcher");
+    let released = stats.released as usize;
+    if pushed {
+        assert!(
+            released < WINDOW,
+            "released {released}: more than the 5 not started"
+        );
+    } else {
+        assert_eq!(released, WINDOW - 1, "released by the stop");
+    }
     assert_eq!(
-        (during.pending, during.leased),
-        ((N - 1) as u64, if during.leased == 0 { 0 } else { 1 }),
-        "while the last handler ran: 11 pending, at most the running job held"
+        (stats.completed, stats.retried),
+        (1, 0),
+        "completed / retried by the stop"
     );
+    let after = counts(&broker, &queue).await;
     assert_eq!(
-        (stats.released, stats.completed, stats.retried),
-        ((WINDOW - 1) as u64, 1, 0),
-        "released / completed / retried by the stop"
+        (after.pending, after.leased, after.scheduled, after.dead),
+        ((N - 1) as u64, 0, 0, 0),
+        "pending / leased / scheduled / dead after the stop"
     );
     let first = runs.all();
     assert_eq!(first.len(), 1, "jobs started before the stop: {first:?}");
@@ -127,6 +147,28 @@ pub async fn release_at_shutdown(target: Target) {
         "each left job ran once on attempt 1 (a release is not charged): {attempts:?}"
     );
     assert_eq!(stats.completed, (N - 1) as u64);
+}
+
+/// Waits, polling every 5 ms up to [`PATIENCE`], until `done` holds for the broker's
+/// counts of `queue`.
+async fn wait_until(
+    broker: &Arc<dyn Broker>,
+    queue: &str,
+    what: &str,
+    done: impl Fn(&QueueCounts) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let c = counts(broker, queue).await;
+        if done(&c) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waited {PATIENCE:?} for {what}: {c:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// What a crash and its rescue showed.
