@@ -12,4 +12,5 @@ mod amqp {
     mod suite;
     pub mod support;
     mod windows;
+    mod worker_suite;
 }

@@ -13,4 +13,5 @@ mod core {
     pub mod support;
     mod top_up;
     mod topics;
+    mod worker_suite;
 }

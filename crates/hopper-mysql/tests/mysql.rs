@@ -13,5 +13,6 @@ mod mysql {
     mod suite;
     pub mod support;
     mod wakeups;
+    mod worker_suite;
     mod workers;
 }

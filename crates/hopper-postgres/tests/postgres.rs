@@ -8,5 +8,6 @@ mod postgres {
     pub mod support;
     mod transactions;
     mod wakeups;
+    mod worker_suite;
     mod workers;
 }

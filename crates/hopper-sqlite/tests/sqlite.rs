@@ -9,5 +9,6 @@ mod sqlite {
     mod sharing;
     mod suite;
     pub mod support;
+    mod worker_suite;
     mod workers;
 }

@@ -23,17 +23,22 @@
 //! stderr and passes.
 //!
 //! # Layout
-//! - [`cases`]: the cases, one `pub async fn` each, callable on their own.
+//! - [`cases`]: the cases, one `pub async fn` each, callable on their own, in files by
+//!   area (`cases/enqueue.rs`, `fetch.rs`, `leases.rs`, `settle.rs`, `inspect.rs`) and
+//!   re-exported as `cases::<name>`.
 //! - [`helpers`]: enqueueing, fetching and settling shorthands, and
 //!   [`claim_concurrently`](helpers::claim_concurrently).
 //! - [`cleanup`]: [`WithCleanup`], a broker that removes its schema or database when
 //!   dropped, and [`unique_name`].
 //! - [`workers`]: worker-level cases for brokers shared by several processes.
-//! - [`broker_suite!`]: the macro that turns the cases into tests.
+//! - [`worker_cases`]: the worker-level suite, a real `Worker` on each broker, in files by
+//!   area (`worker_cases/run.rs`, `stop.rs`, `batch.rs`, `control.rs`).
+//! - [`broker_suite!`] and [`worker_suite!`]: the macros that turn the cases into tests.
 
 pub mod cases;
 pub mod cleanup;
 pub mod helpers;
+pub mod worker_cases;
 pub mod workers;
 
 pub use cleanup::{WithCleanup, unique_name};
@@ -93,5 +98,62 @@ macro_rules! broker_suite {
                 $crate::cases::$case(($factory)().await).await;
             }
         )*
+    };
+}
+
+/// Expands to one test per case of [`worker_cases`], each on a fresh
+/// [`Target`](worker_cases::Target) from `$factory`.
+///
+/// `$factory` is anything callable with no arguments that returns a future of a `Target`.
+/// Each test runs on a current-thread runtime in real time; a case pauses the clock itself
+/// on an in-process broker (see [`worker_cases`]). A broker whose run of a case must be
+/// ignored names it with the reason, and the case is still compiled and listed:
+///
+/// ```ignore
+/// hopper_testkit::worker_suite!(super::support::target, ignore {
+///     crash_charges_the_attempt: "why, and where it is reported",
+/// });
+/// ```
+///
+/// Call the macro inside a module of its own: the tests take the cases' names.
+#[macro_export]
+macro_rules! worker_suite {
+    ($factory:expr $(, ignore { $($ignored:ident : $why:literal),* $(,)? })? $(,)?) => {
+        $crate::__worker_suite!(($) $factory; [$($($ignored : $why),*)?];
+            enqueue_run_ack,
+            retry_backoff_then_success,
+            dead_letter_after_max_attempts,
+            release_at_shutdown,
+            crashed_worker_jobs_run_again,
+            crash_charges_the_attempt,
+            batch_sizes,
+            pause_and_resume,
+            cancel_before_start,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __worker_suite {
+    (($d:tt) $factory:expr; [$($ignored:ident : $why:literal),*]; $($case:ident,)*) => {
+        macro_rules! __worker_case {
+            $(
+                ($ignored) => {
+                    #[ignore = $why]
+                    #[$crate::__private::tokio::test(crate = "hopper_testkit::__private::tokio")]
+                    async fn $ignored() {
+                        $crate::worker_cases::$ignored(($factory)().await).await;
+                    }
+                };
+            )*
+            ($d name:ident) => {
+                #[$crate::__private::tokio::test(crate = "hopper_testkit::__private::tokio")]
+                async fn $d name() {
+                    $crate::worker_cases::$d name(($factory)().await).await;
+                }
+            };
+        }
+        $( __worker_case!($case); )*
     };
 }

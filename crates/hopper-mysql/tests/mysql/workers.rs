@@ -9,7 +9,7 @@ use hopper_testkit::workers::{self, Connect};
 use super::support::broker_with;
 
 /// Opens another broker on the test's database, as another process would.
-fn connect(url: String) -> Connect {
+pub(crate) fn connect(url: String) -> Connect {
     Arc::new(move || {
         let url = url.clone();
         Box::pin(async move {

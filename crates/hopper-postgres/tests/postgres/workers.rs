@@ -9,7 +9,7 @@ use hopper_testkit::workers::{self, Connect};
 use super::support::{broker_with, url};
 
 /// Opens another broker on the test's schema, as another process would.
-fn connect(schema: String) -> Connect {
+pub(crate) fn connect(schema: String) -> Connect {
     Arc::new(move || {
         let options = PgOptions::default().schema(schema.clone());
         Box::pin(async move {

@@ -119,3 +119,18 @@ impl Broker for TempBroker {
         self.broker.wake_signal()
     }
 }
+
+/// For the worker suite: a broker on a fresh file (system clock: the cases run in real
+/// time), another-connection opener on the same file, and the queue `q`.
+pub async fn worker_target() -> hopper_testkit::worker_cases::Target {
+    let db = TempDb::new("workers");
+    let connect = super::workers::connect(db.path().to_owned());
+    let broker = SqliteBroker::open(db.path())
+        .await
+        .unwrap_or_else(|e| panic!("opening {}: {e:?}", db.path().display()));
+    hopper_testkit::worker_cases::Target {
+        broker: Arc::new(TempBroker { broker, _db: db }),
+        connect,
+        queue: "q".into(),
+    }
+}

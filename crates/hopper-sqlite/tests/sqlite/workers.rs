@@ -10,7 +10,7 @@ use hopper_testkit::workers::{self, Connect};
 
 use super::support::TempDb;
 
-fn connect(path: PathBuf) -> Connect {
+pub(crate) fn connect(path: PathBuf) -> Connect {
     Arc::new(move || {
         let path = path.clone();
         Box::pin(async move {
