@@ -42,12 +42,5 @@ hopper_testkit::worker_suite!(
         // classic queues). Found by this suite; the broker crates are not this suite's to change.
         crash_charges_the_attempt: "classic queues do not charge a crash redelivery: 12 of 12 \
         rescued on attempt 1, where docs/design.md wants the 6 held on attempt 2",
-        // A pause that arrives while the worker's first `subscribe` is still in flight: the
-        // event loop sends `unsubscribe` at once, it finds no subscription yet, and the
-        // subscription then opens anyway, so the server pushes the paused queue's 10 jobs to
-        // this worker (server: 0 ready) instead of keeping them for other consumers. Passes
-        // when the pause comes 500 ms after start.
-        pause_and_resume: "a pause during the first subscribe leaves the subscription open: \
-        0 of 10 jobs ready on the server while paused, all pushed to the paused worker",
     }
 );
