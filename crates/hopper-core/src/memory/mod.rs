@@ -7,11 +7,13 @@
 //! due. Held jobs stay here under their lease until settled, so an expired lease returns
 //! them exactly as the durable brokers do.
 
+mod queue;
+mod state;
 pub mod topic;
 
 use std::cmp::Reverse;
+use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -24,7 +26,8 @@ use crate::broker::{
 };
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::job::{IdMap, Job, JobCopy, JobId, LeaseId, Millis, NewJob};
+use crate::job::{Job, JobCopy, JobId, LeaseId, Millis, NewJob};
+use state::{Held, Lease, State};
 pub use topic::{Subscription, Topic};
 
 /// The in-process broker. Cheap to clone: clones share the same queues.
@@ -42,141 +45,6 @@ struct Inner {
     clock: Clock,
     topics: Mutex<HashMap<String, Topic>>,
 }
-
-#[derive(Debug, Default)]
-struct State {
-    next_id: i64,
-    queues: HashMap<String, MemQueue>,
-    /// Every queue name seen, for good: a held job names its queue by its place here,
-    /// which survives a purge that drops the queue itself.
-    names: Vec<Arc<str>>,
-    leased: IdMap<JobId, Held>,
-    leases: IdMap<LeaseId, Lease>,
-    /// Dead and cancelled jobs, kept for inspection.
-    finished: IdMap<JobId, JobRecord>,
-    last_errors: IdMap<JobId, String>,
-    next_reap: Millis,
-}
-
-/// The broker's copy of a job held under a lease, for when the lease expires or the job
-/// goes back: a [`JobCopy`] (a small payload inline) and its queue's place among the
-/// broker's names, so that holding a job allocates nothing. A place rather than the shared
-/// name: its count, raised on every fetch and lowered on every settlement, took about 6%
-/// of the event loop's thread in a profile of a memory drain.
-#[derive(Debug)]
-struct Held {
-    copy: JobCopy,
-    queue: u32,
-}
-
-impl Held {
-    fn lease(&self) -> LeaseId {
-        self.copy.lease()
-    }
-}
-
-#[derive(Debug)]
-struct Lease {
-    expires: Millis,
-    jobs: Vec<JobId>,
-    outstanding: usize,
-}
-
-#[derive(Debug, Default)]
-struct MemQueue {
-    /// This queue's place in [`State::names`].
-    index: u32,
-    /// Due jobs: one FIFO per priority, highest priority first.
-    ready: BTreeMap<Reverse<i32>, VecDeque<Job>>,
-    ready_len: usize,
-    /// Jobs not due yet, by `(run_at, id)`.
-    delayed: BTreeMap<(Millis, JobId), Job>,
-    dead: Vec<JobId>,
-}
-
-impl MemQueue {
-    /// Puts a due job in its FIFO at its `(run_at, id)` place: at the back in the common case.
-    fn push_ready(&mut self, job: Job) {
-        let fifo = self.ready.entry(Reverse(job.priority)).or_default();
-        let key = (job.run_at, job.id);
-        match fifo.back() {
-            Some(last) if (last.run_at, last.id) > key => {
-                let at = fifo.partition_point(|j| (j.run_at, j.id) < key);
-                fifo.insert(at, job);
-            }
-            _ => fifo.push_back(job),
-        }
-        self.ready_len += 1;
-    }
-
-    fn push(&mut self, job: Job, now: Millis) {
-        if job.run_at > now {
-            self.delayed.insert((job.run_at, job.id), job);
-        } else {
-            self.push_ready(job);
-        }
-    }
-
-    fn promote_due(&mut self, now: Millis) {
-        while let Some(entry) = self.delayed.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let job = entry.remove();
-            self.push_ready(job);
-        }
-    }
-
-    /// The next due job. A priority level it empties goes to `emptied`, for the caller to
-    /// free once the broker's lock is released: after a deep backlog its buffer is large
-    /// (120 MiB for a million jobs), and unmapping it took 20 ms, during which no producer
-    /// could enqueue.
-    fn pop(&mut self, emptied: &mut Vec<VecDeque<Job>>) -> Option<Job> {
-        let mut entry = self.ready.first_entry()?;
-        let job = entry.get_mut().pop_front();
-        if entry.get().is_empty() {
-            emptied.push(entry.remove());
-        }
-        if job.is_some() {
-            self.ready_len -= 1;
-        }
-        job
-    }
-
-    fn remove_pending(&mut self, id: JobId) -> Option<Job> {
-        if let Some(key) = self.delayed.keys().find(|k| k.1 == id).copied() {
-            return self.delayed.remove(&key);
-        }
-        for (prio, fifo) in self.ready.iter_mut() {
-            if let Some(at) = fifo.iter().position(|j| j.id == id) {
-                let job = fifo.remove(at);
-                let prio = *prio;
-                if fifo.is_empty() {
-                    self.ready.remove(&prio);
-                }
-                self.ready_len -= 1;
-                return job;
-            }
-        }
-        None
-    }
-
-    fn find_pending(&self, id: JobId) -> Option<&Job> {
-        self.ready
-            .values()
-            .flat_map(|f| f.iter())
-            .chain(self.delayed.values())
-            .find(|j| j.id == id)
-    }
-}
-
-/// A position in [`State::names`] as a held job keeps it.
-fn place(index: usize) -> u32 {
-    u32::try_from(index).expect("fewer than 2^32 queue names")
-}
-
-/// How often, at most, a fetch looks for expired leases.
-const REAP_EVERY_MS: Millis = 100;
 
 impl Default for MemoryBroker {
     fn default() -> Self {
@@ -223,100 +91,6 @@ impl MemoryBroker {
 
     fn wake(&self) {
         self.inner.wake.send_modify(|n| *n = n.wrapping_add(1));
-    }
-}
-
-impl State {
-    /// The queue of this name, created on first use.
-    fn queue(&mut self, name: &str) -> &mut MemQueue {
-        if !self.queues.contains_key(name) {
-            let index = self.named(name).unwrap_or_else(|| {
-                self.names.push(Arc::from(name));
-                place(self.names.len() - 1)
-            });
-            let q = MemQueue {
-                index,
-                ..MemQueue::default()
-            };
-            self.queues.insert(name.to_owned(), q);
-        }
-        self.queues.get_mut(name).expect("just made sure")
-    }
-
-    /// The place of `name` in [`State::names`], if a queue of that name was ever made.
-    fn name_index(&self, name: &str) -> Option<u32> {
-        match self.queues.get(name) {
-            Some(q) => Some(q.index),
-            None => self.named(name),
-        }
-    }
-
-    /// The place of `name` in [`State::names`], looked up in the list itself.
-    fn named(&self, name: &str) -> Option<u32> {
-        self.names.iter().position(|n| &**n == name).map(place)
-    }
-
-    /// The whole job `held` keeps, in its queue.
-    fn job_of(&self, held: Held) -> Job {
-        held.copy.into_job(&self.names[held.queue as usize])
-    }
-
-    /// Takes `count` settled jobs off `lease`, dropping it once none is left.
-    fn release_lease_slots(&mut self, lease: LeaseId, count: usize) {
-        if count == 0 {
-            return;
-        }
-        if let Some(l) = self.leases.get_mut(&lease) {
-            l.outstanding -= count;
-            if l.outstanding == 0 {
-                self.leases.remove(&lease);
-            }
-        }
-    }
-
-    fn reap(&mut self, now: Millis) {
-        if now < self.next_reap {
-            return;
-        }
-        self.next_reap = now + REAP_EVERY_MS;
-        let expired: Vec<LeaseId> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.expires <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for lease_id in expired {
-            let Some(lease) = self.leases.remove(&lease_id) else {
-                continue;
-            };
-            for id in lease.jobs {
-                let held_here = self.leased.get(&id).is_some_and(|h| h.lease() == lease_id);
-                if !held_here {
-                    continue;
-                }
-                let held = self.leased.remove(&id).expect("checked above");
-                let mut job = self.job_of(held);
-                job.lease = LeaseId(0);
-                if job.is_last_attempt() {
-                    self.dead_letter(job, "lease expired on the final attempt".into(), now);
-                } else {
-                    self.queue(&job.queue).push(job, now);
-                }
-            }
-        }
-    }
-
-    fn dead_letter(&mut self, job: Job, error: String, _now: Millis) {
-        self.last_errors.insert(job.id, error.clone());
-        self.queue(&job.queue).dead.push(job.id);
-        self.finished.insert(
-            job.id,
-            JobRecord {
-                job,
-                state: JobState::Dead,
-                last_error: Some(error),
-            },
-        );
     }
 }
 
