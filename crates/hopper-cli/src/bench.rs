@@ -27,13 +27,12 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use hopper::broker::{FetchRequest, Settlement};
 use hopper::{Error, JobContext, NewJob, QueueOptions, Result, Worker};
-use serde::{Deserialize, Serialize};
+use hopper_bench::load::{ENQUEUE_CHUNK, Report, micros_now};
+use hopper_bench::measure::{
+    context_switches, cpu_us_per, percentile, process_cpu_s, switches_per,
+};
+use serde::Serialize;
 use sqlx::Connection;
-
-use crate::report::{context_switches, cpu_us_per, percentile, process_cpu_s, switches_per};
-
-/// Jobs per enqueue call when filling a raw baseline's backlog.
-const ENQUEUE_CHUNK: usize = 1000;
 
 /// What `--only` accepts.
 const WORKLOADS: [&str; 8] = [
@@ -105,26 +104,6 @@ struct Row {
     /// server counts them.
     idle_per_s: Option<f64>,
     note: String,
-}
-
-/// What `hopper load --json` prints, the fields used here.
-#[derive(Debug, Deserialize)]
-struct LoadReport {
-    lost: u64,
-    fetches: u64,
-    jobs_per_s: f64,
-    enqueue_s: f64,
-    latency_ms: LoadLatency,
-    settle_calls: u64,
-    peak_rss_mib: Option<f64>,
-    cpu_us_per_job: Option<f64>,
-    switches_per_job: Option<f64>,
-}
-
-#[derive(Debug, Deserialize)]
-struct LoadLatency {
-    p50: f64,
-    p99: f64,
 }
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode> {
@@ -523,7 +502,7 @@ async fn fill(broker: &std::sync::Arc<dyn hopper::Broker>, queue: &str, jobs: us
     broker.purge(queue).await?;
     for start in (0..jobs).step_by(ENQUEUE_CHUNK) {
         let chunk = (start..jobs.min(start + ENQUEUE_CHUNK))
-            .map(|i| NewJob::json(queue, &(i, crate::load::micros_now())))
+            .map(|i| NewJob::json(queue, &(i, micros_now())))
             .collect::<Result<Vec<_>>>()?;
         broker.enqueue(chunk).await?;
     }
@@ -666,7 +645,7 @@ async fn hopper_load_with(
         .output()
         .map_err(|e| Error::broker_msg(format!("running `hopper load`: {e}")))?;
     let ok = output.status.success();
-    let report: LoadReport = serde_json::from_slice(&output.stdout).map_err(|e| {
+    let report: Report = serde_json::from_slice(&output.stdout).map_err(|e| {
         Error::broker_msg(format!(
             "`hopper load` on {} printed no report ({e})",
             hopper::redact_url(url)
