@@ -1,9 +1,14 @@
-//! `hopper load` as the bench drives it: the backlog it drains and the report it prints
-//! with `--json`.
+//! `hopper load` as the bench drives it: the backlog it drains, the report it prints with
+//! `--json`, and a run of it in a child process.
 
+use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use hopper::{Broker, Error, NewJob, Result};
 use serde::{Deserialize, Serialize};
+
+use crate::table::Row;
 
 /// Jobs per enqueue call when a backlog is loaded: one round trip each.
 pub const ENQUEUE_CHUNK: usize = 1000;
@@ -77,4 +82,88 @@ pub struct Latency {
     pub p50: f64,
     /// The 99th percentile.
     pub p99: f64,
+}
+
+/// Empties `queue` and enqueues a backlog of `jobs` as `hopper load` writes one (payloads
+/// `[index, enqueued_at_µs]`, so `hopper load --prefilled` can drain it), a chunk at a time.
+pub(crate) async fn fill(broker: &Arc<dyn Broker>, queue: &str, jobs: usize) -> Result<()> {
+    broker.purge(queue).await?;
+    for start in (0..jobs).step_by(ENQUEUE_CHUNK) {
+        let chunk = (start..jobs.min(start + ENQUEUE_CHUNK))
+            .map(|i| NewJob::json(queue, &(i, micros_now())))
+            .collect::<Result<Vec<_>>>()?;
+        broker.enqueue(chunk).await?;
+    }
+    Ok(())
+}
+
+/// Runs `hopper load --json` in a child process, after migrating the broker's schema;
+/// returns its row and its enqueue rate.
+pub(crate) async fn hopper_load(
+    url: &str,
+    jobs: usize,
+    concurrency: usize,
+    max_batch: usize,
+    workload: &str,
+) -> Result<(Row, f64)> {
+    hopper_load_with(
+        url,
+        jobs,
+        concurrency,
+        max_batch,
+        workload,
+        &["--prefetch", "slots"],
+    )
+    .await
+}
+
+/// [`hopper_load`] with other `hopper load` arguments in place of `--prefetch slots`.
+pub(crate) async fn hopper_load_with(
+    url: &str,
+    jobs: usize,
+    concurrency: usize,
+    max_batch: usize,
+    workload: &str,
+    extra: &[&str],
+) -> Result<(Row, f64)> {
+    hopper::migrate(url).await?;
+    let exe = std::env::current_exe().map_err(|e| Error::broker_msg(e.to_string()))?;
+    let output = std::process::Command::new(exe)
+        .args(["--broker", url, "load", "--json"])
+        .args(extra)
+        .args(["--jobs", &jobs.to_string()])
+        .args(["--concurrency", &concurrency.to_string()])
+        .args(["--max-batch", &max_batch.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| Error::broker_msg(format!("running `hopper load`: {e}")))?;
+    let ok = output.status.success();
+    let report: Report = serde_json::from_slice(&output.stdout).map_err(|e| {
+        Error::broker_msg(format!(
+            "`hopper load` on {} printed no report ({e})",
+            hopper::redact_url(url)
+        ))
+    })?;
+    if !ok || report.lost > 0 {
+        return Err(Error::broker_msg(format!(
+            "`hopper load` on {} lost {} jobs",
+            hopper::redact_url(url),
+            report.lost
+        )));
+    }
+    let per_1k = |n: u64| n as f64 * 1000.0 / jobs as f64;
+    let row = Row {
+        workload: workload.into(),
+        jobs,
+        hopper_per_s: Some(report.jobs_per_s),
+        p50_ms: Some(report.latency_ms.p50),
+        p99_ms: Some(report.latency_ms.p99),
+        fetches_per_1k: Some(per_1k(report.fetches)),
+        settles_per_1k: Some(per_1k(report.settle_calls)),
+        peak_rss_mib: report.peak_rss_mib,
+        cpu_us_per_job: report.cpu_us_per_job,
+        switches_per_job: report.switches_per_job,
+        ..Row::default()
+    };
+    Ok((row, jobs as f64 / report.enqueue_s.max(1e-9)))
 }
