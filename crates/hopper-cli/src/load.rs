@@ -7,23 +7,21 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use hopper::{
     Broker, ConfigError, Error, JobContext, JobResult, NewJob, Prefetch, QueueOptions, Result,
     Worker, WorkerBuilder,
 };
-use serde::Serialize;
+use hopper_bench::load::{ENQUEUE_CHUNK, Latency, Report, micros_now};
+use hopper_bench::measure::{
+    context_switches, cpu_us_per, peak_rss_mib, percentile, process_cpu_s, switches_per,
+};
 use tokio::sync::Notify;
 
-use crate::report::{
-    context_switches, cpu_us_per, peak_rss_mib, percentile, process_cpu_s, run_lengths,
-    switches_per,
-};
+use crate::report::run_lengths;
 
-/// Jobs per enqueue call: one round trip each.
-const ENQUEUE_CHUNK: usize = 1000;
 /// Enqueue calls kept in flight, so the broker is never idle while the next chunk is built
 /// and sent: how a producer with a backlog to load would call it.
 const ENQUEUE_IN_FLIGHT: usize = 2;
@@ -73,46 +71,6 @@ pub struct LoadArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-}
-
-#[derive(Debug, Serialize)]
-struct Latency {
-    p50: f64,
-    p99: f64,
-}
-
-#[derive(Debug, Serialize)]
-struct Report {
-    broker: String,
-    jobs: usize,
-    completed: u64,
-    lost: u64,
-    duplicates: u64,
-    fetches: u64,
-    jobs_per_fetch: f64,
-    batch_sizes: Vec<u32>,
-    workers: usize,
-    concurrency: usize,
-    prefetch: String,
-    enqueue_s: f64,
-    drain_s: f64,
-    jobs_per_s: f64,
-    latency_ms: Latency,
-    settle_calls: u64,
-    /// Pool tasks spawned, over every worker.
-    pool_tasks_started: u64,
-    /// Jobs per hand-off to a pool task, over every worker.
-    jobs_per_handoff: f64,
-    /// Hand-offs run on the event loop's own task, over every worker.
-    inline_handoffs: u64,
-    /// The peak RSS of this process, backlog included for the memory broker.
-    peak_rss_mib: Option<f64>,
-    /// Context switches of this process's threads per job during the drain.
-    switches_per_job: Option<f64>,
-    /// CPU time this process spent per job during the drain, every thread (an in-process
-    /// broker's own work included), in microseconds. Steadier than the rate when the
-    /// machine is shared: it does not count time spent waiting on a server.
-    cpu_us_per_job: Option<f64>,
 }
 
 /// How many jobs of one stripe of [`STRIPE`] consecutive indexes ran at least once, on a
@@ -233,12 +191,6 @@ fn joined(done: Option<std::result::Result<Result<()>, tokio::task::JoinError>>)
         Some(Err(e)) => Err(Error::broker_msg(format!("an enqueue task failed: {e}"))),
         None => Ok(()),
     }
-}
-
-pub(crate) fn micros_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 fn validate(args: &LoadArgs) -> Result<()> {

@@ -1,7 +1,8 @@
 //! The `hopper` command. Thin: parse arguments, call the command's module.
 //!
 //! # Layout
-//! - `bench`: the performance matrix, raw baselines beside Hopper (`hopper bench`).
+//! - `bench`: the performance matrix, raw baselines beside Hopper (`hopper bench`): its
+//!   flags; the harness is the `hopper-bench` crate.
 //! - `demo`: the prefetch demonstration (`hopper demo`).
 //! - `load`: enqueue a backlog and drain it, printing throughput and latency (`hopper load`).
 //! - `migrate`: bring a SQL broker's schema up to date (`hopper migrate`).

@@ -1,0 +1,9 @@
+//! The `hopper` command end to end: the demo, load runs on memory, SQLite and the servers,
+//! the bench's workloads, bad input.
+
+mod bench;
+mod demo;
+mod errors;
+mod load;
+mod servers;
+mod support;
