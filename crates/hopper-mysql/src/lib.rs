@@ -26,7 +26,8 @@
 //! - [`options`]: [`MySqlOptions`]: clock, connections, wake polling.
 //! - [`migrate`](mod@migrate): versioned migrations ([`migrate()`], `migrations/*.sql`)
 //!   and the version check at connect.
-//! - `queries`: each operation as it runs on one connection.
+//! - `queries`: each operation as it runs on one connection, one module per concern
+//!   (enqueue, fetch, settle, renew, inspection).
 //! - `conn`: the broker's dedicated connections, reconnection and transactions.
 //! - `poll`: the wake poller.
 //! - `sql`: every statement, one per file under `sql/`.

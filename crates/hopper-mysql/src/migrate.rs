@@ -11,11 +11,16 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, Executor};
 
 use crate::conn::{open, server_error_number};
-use crate::sql::{self, fixed, needed_version};
+use crate::sql::{self, fixed};
 use crate::url::BrokerUrl;
 
 /// The migrations, in order; a schema at version N has the first N applied.
 pub(crate) const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_create_jobs.sql")];
+
+/// The schema version this build needs: the number of its migrations.
+fn needed_version() -> u32 {
+    MIGRATIONS.len() as u32
+}
 
 /// MySQL's error number for a missing table.
 const ER_NO_SUCH_TABLE: u16 = 1146;

@@ -16,8 +16,6 @@
 
 use std::sync::LazyLock;
 
-use crate::migrate::MIGRATIONS;
-
 /// The database clock in milliseconds since the epoch. `NOW(3)` is fixed for the length of
 /// a statement, so every row of one statement sees the same instant, and the optimiser
 /// treats it as a constant (index ranges on `run_at` still apply). Sessions run in UTC
@@ -206,11 +204,6 @@ pub(crate) fn next_due(n: usize) -> String {
 /// The probe of `n` queues.
 pub(crate) fn probe(n: usize) -> String {
     each_queue(&PROBE, &PROBE_QUEUE, n)
-}
-
-/// The schema version this build needs: the number of its migrations.
-pub(crate) fn needed_version() -> u32 {
-    MIGRATIONS.len() as u32
 }
 
 #[cfg(test)]

@@ -9,9 +9,12 @@
 //! workers wake on LISTEN/NOTIFY.
 //!
 //! # Layout
-//! - [`broker`]: [`PgBroker`], the [`Broker`](hopper_core::Broker) implementation.
+//! - [`broker`]: [`PgBroker`], the [`Broker`](hopper_core::Broker) implementation,
+//!   one module per concern (connecting, enqueue, fetch, settle, renew, inspection,
+//!   maintenance).
 //! - [`options`]: [`PgOptions`]: schema, connections, clock, wake-ups, retention.
-//! - [`migrate`]: versioned migrations ([`migrate()`]) and the version check at connect.
+//! - [`migrate`](mod@migrate): versioned migrations ([`migrate()`]) and the version check
+//!   at connect.
 //! - `conn`: the broker's dedicated connections; `listen`: LISTEN/NOTIFY; `sql`: the
 //!   statements of `sql/`, one per file; `url`: URL parsing with `?schema=`.
 

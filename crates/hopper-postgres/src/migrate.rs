@@ -6,7 +6,7 @@ use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Executor};
 
 use crate::options::PgOptions;
-use crate::sql::{needed_version, statement};
+use crate::sql::statement;
 use crate::url::BrokerUrl;
 
 /// The migrations, in order; a schema at version N has the first N applied.
@@ -14,6 +14,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_create_jobs.sql"),
     include_str!("../migrations/0002_one_lease_index.sql"),
 ];
+
+/// The schema version this build needs: the number of its migrations.
+fn needed_version() -> i32 {
+    MIGRATIONS.len() as i32
+}
 
 /// Serialises concurrent `migrate` runs across processes.
 const MIGRATE_LOCK: i64 = 0x686f_7070_6572; // "hopper"

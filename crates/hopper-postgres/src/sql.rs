@@ -1,7 +1,5 @@
 //! The statements, one per file under `sql/`, with the schema spliced in once at connect.
 
-use crate::migrate::MIGRATIONS;
-
 macro_rules! statements {
     ($($name:ident),* $(,)?) => {
         /// Every statement of the broker, rendered for one schema.
@@ -45,9 +43,4 @@ pub(crate) fn statement(template: &str, schema: &str) -> String {
 /// Splices a validated schema name into a statement.
 pub(crate) fn render(template: &str, schema: &str) -> String {
     template.replace("{schema}", schema)
-}
-
-/// The schema version this build needs: the number of its migrations.
-pub(crate) fn needed_version() -> i32 {
-    MIGRATIONS.len() as i32
 }

@@ -1,0 +1,103 @@
+//! Enqueueing: jobs encoded once, split into inserts of at most [`ENQUEUE_ROWS`] jobs and
+//! [`ENQUEUE_BYTES`], each one multi-row `INSERT`.
+
+use hopper_core::{JobId, Millis, NewJob};
+use sqlx::mysql::MySqlConnection;
+
+use crate::sql;
+
+/// The most jobs one `INSERT` carries.
+pub(crate) const ENQUEUE_ROWS: usize = 1000;
+
+/// The most payload and header bytes one `INSERT` carries, well under the server's
+/// `max_allowed_packet` (16 MiB by default on MariaDB, 64 MiB on MySQL 8).
+const ENQUEUE_BYTES: usize = 4 << 20;
+
+/// A new job's values, encoded once so that a repeated call binds the same ones.
+pub(crate) struct NewRow<'a> {
+    job: &'a NewJob,
+    run_at: Option<Millis>,
+    delay_ms: Millis,
+    headers: Option<String>,
+}
+
+/// Encodes jobs for [`insert`]: with no clock of our own, a job due now or after a delay
+/// leaves the time to the database.
+pub(crate) fn new_rows(
+    jobs: &[NewJob],
+    now: Option<Millis>,
+) -> Result<Vec<NewRow<'_>>, serde_json::Error> {
+    jobs.iter()
+        .map(|job| {
+            let (run_at, delay_ms) = job.run_at_parts(now);
+            let headers = job.headers_json();
+            Ok(NewRow {
+                job,
+                run_at,
+                delay_ms,
+                headers,
+            })
+        })
+        .collect()
+}
+
+/// Splits rows into the inserts that carry them: at most [`ENQUEUE_ROWS`] each, and no more
+/// than [`ENQUEUE_BYTES`] unless a single job is larger.
+pub(crate) fn chunks<'r, 'a>(rows: &'r [NewRow<'a>]) -> Vec<&'r [NewRow<'a>]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, row) in rows.iter().enumerate() {
+        let size = row.job.payload.len() + row.headers.as_ref().map_or(0, String::len);
+        if i > start && (i - start == ENQUEUE_ROWS || bytes + size > ENQUEUE_BYTES) {
+            out.push(&rows[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < rows.len() {
+        out.push(&rows[start..]);
+    }
+    out
+}
+
+/// Inserts one chunk with one statement and returns the ids, in order.
+///
+/// One multi-row `INSERT` in which every id is generated is what InnoDB calls a "simple
+/// insert": it reserves all its AUTO_INCREMENT values at once, so they are consecutive (in
+/// steps of `auto_increment_increment`) in every `innodb_autoinc_lock_mode`, and
+/// `LAST_INSERT_ID()` is the first. Only a concurrent bulk load of `hopper_jobs`
+/// (`INSERT … SELECT`, `LOAD DATA`) under lock mode 2 could interleave, which Hopper never
+/// does.
+pub(crate) async fn insert(
+    conn: &mut MySqlConnection,
+    rows: &[NewRow<'_>],
+    now: Option<Millis>,
+    id_step: i64,
+) -> Result<Vec<JobId>, sqlx::Error> {
+    let n = rows.len();
+    // Insert texts cannot be padded; keep prepared only the sizes that recur.
+    let recurring = n <= 8 || n == ENQUEUE_ROWS;
+    let text = sql::enqueue(n);
+
+    let mut query = sqlx::query(&text).persistent(recurring);
+    for row in rows {
+        query = query
+            .bind(row.job.queue.as_str())
+            .bind(row.job.priority)
+            .bind(row.run_at)
+            .bind(row.delay_ms)
+            .bind(i32::try_from(row.job.max_attempts).unwrap_or(i32::MAX))
+            .bind(row.job.payload.as_slice())
+            .bind(row.headers.as_deref())
+            .bind(now);
+    }
+    let done = query.execute(&mut *conn).await?;
+    if done.rows_affected() != n as u64 {
+        return Err(sqlx::Error::Protocol(format!(
+            "an insert of {n} jobs reported {} rows",
+            done.rows_affected()
+        )));
+    }
+    let first = done.last_insert_id() as i64;
+    Ok((0..n as i64).map(|k| JobId(first + k * id_step)).collect())
+}

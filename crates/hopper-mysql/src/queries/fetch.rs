@@ -1,0 +1,228 @@
+//! Fetching, inside the caller's transaction: the reaper, the claim of every budget under
+//! one lease, and the next due time; and, outside any transaction, the probe that tells
+//! whether a claim would find anything.
+
+use std::cmp::Reverse;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use hopper_core::{Job, LeaseId, Millis};
+use sqlx::Row;
+use sqlx::mysql::MySqlConnection;
+
+use super::rows::job_from_row;
+use crate::conn::server_error_number;
+use crate::sql::{self, MAX_LIST, fixed, padded};
+
+/// Returns jobs of expired leases to pending, dead-lettering those on their last attempt.
+/// Returns how many it moved.
+pub(crate) async fn reap(
+    conn: &mut MySqlConnection,
+    now: Option<Millis>,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(fixed(&sql::REAP))
+        .bind(now)
+        .bind(now)
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// Claims up to each budget's limit under `lease`, inside the caller's transaction, and
+/// returns the jobs in global order. `budgets` name distinct queues.
+///
+/// All budgets go in one statement, a UNION ALL of one locking select per budget, unless
+/// the server refused that form once (`union` turns false), after which each budget is a
+/// statement of its own.
+///
+/// `levels[i]`, when given, is where budget `i` looks: only those priority levels, each as
+/// a range of due jobs (see [`levels`], looked up in the same transaction just before); an
+/// empty list (nothing pending) skips the budget.
+pub(crate) async fn claim(
+    conn: &mut MySqlConnection,
+    budgets: &[(&str, usize)],
+    levels: &[Option<Vec<i32>>],
+    lease: LeaseId,
+    ttl_ms: Millis,
+    now: Option<Millis>,
+    union: &AtomicBool,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let budgets: Vec<(&str, usize, Option<&[i32]>)> = budgets
+        .iter()
+        .zip(levels)
+        .map(|(&(queue, limit), levels)| (queue, limit, levels.as_deref()))
+        .filter(|(_, _, levels)| levels.is_none_or(|l| !l.is_empty()))
+        .collect();
+    let budgets = budgets.as_slice();
+    let mut jobs = None;
+    if budgets.is_empty() {
+        jobs = Some(Vec::new());
+    } else if budgets.len() > 1 && union.load(Ordering::Relaxed) {
+        match candidates(conn, budgets, now, lease).await {
+            Ok(found) => jobs = Some(found),
+            Err(e) if refuses_union(&e) => {
+                tracing::info!(
+                    error = %e,
+                    "the server refuses a UNION of locking selects; \
+                     claiming one queue per statement"
+                );
+                union.store(false, Ordering::Relaxed);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let mut jobs = match jobs {
+        Some(jobs) => jobs,
+        None => {
+            let mut all = Vec::new();
+            for budget in budgets {
+                all.extend(candidates(conn, std::slice::from_ref(budget), now, lease).await?);
+            }
+            all
+        }
+    };
+    for ids in jobs.chunks(MAX_LIST) {
+        let size = padded(ids.len());
+        let text = sql::with_ids(&sql::LEASE_CLAIMED, size);
+
+        let mut query = sqlx::query(&text).bind(lease.0).bind(now).bind(ttl_ms);
+        for i in 0..size {
+            query = query.bind(ids.get(i).map_or(0, |j| j.id.0));
+        }
+        query.execute(&mut *conn).await?;
+    }
+    jobs.sort_by_key(|j| (Reverse(j.priority), j.run_at, j.id));
+    Ok(jobs)
+}
+
+/// Whether `e` is the server refusing the UNION ALL form of a claim (a syntax error, or
+/// "incorrect usage of UNION and FOR UPDATE").
+fn refuses_union(e: &sqlx::Error) -> bool {
+    matches!(server_error_number(e), Some(1064 | 1221))
+}
+
+/// Locks and reads the candidates of `budgets` (queue, limit, levels), as they will be once
+/// claimed.
+async fn candidates(
+    conn: &mut MySqlConnection,
+    budgets: &[(&str, usize, Option<&[i32]>)],
+    now: Option<Millis>,
+    lease: LeaseId,
+) -> Result<Vec<Job>, sqlx::Error> {
+    // Level lists padded to a power of two (repeating the last), so that few texts are
+    // prepared.
+    let text = budgets
+        .iter()
+        .map(|(_, _, levels)| sql::claim_one(levels.map(|l| padded(l.len()))))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+
+    let mut query = sqlx::query(&text);
+    for (queue, limit, levels) in budgets {
+        query = query.bind(*queue);
+        if let Some(levels) = levels {
+            for i in 0..padded(levels.len()) {
+                query = query.bind(levels[i.min(levels.len() - 1)]);
+            }
+        }
+        query = query
+            .bind(now)
+            .bind(i64::try_from(*limit).unwrap_or(i64::MAX));
+    }
+    let rows = query.fetch_all(conn).await?;
+    rows.iter()
+        .map(|row| {
+            let mut job = job_from_row(row, lease)?;
+            job.attempt += 1;
+            Ok(job)
+        })
+        .collect()
+}
+
+/// The most priority levels a claim reads level by level; a queue with more is claimed
+/// over the whole queue.
+const MAX_LEVELS: usize = 16;
+
+/// The priority levels among `queue`'s pending jobs, highest first, one index dive each;
+/// `None` past [`MAX_LEVELS`].
+pub(crate) async fn levels(
+    conn: &mut MySqlConnection,
+    queue: &str,
+) -> Result<Option<Vec<i32>>, sqlx::Error> {
+    let mut found = Vec::new();
+    let mut below = i64::MAX;
+    while let Some(level) = sqlx::query_scalar::<_, i32>(&sql::LEVEL_BELOW)
+        .bind(queue)
+        .bind(below)
+        .fetch_optional(&mut *conn)
+        .await?
+    {
+        if found.len() == MAX_LEVELS {
+            return Ok(None);
+        }
+        found.push(level);
+        below = i64::from(level);
+    }
+    Ok(Some(found))
+}
+
+/// The earliest `run_at` after now among the pending jobs of `queues`.
+pub(crate) async fn next_due(
+    conn: &mut MySqlConnection,
+    queues: &[&str],
+    now: Option<Millis>,
+) -> Result<Option<Millis>, sqlx::Error> {
+    if queues.is_empty() {
+        return Ok(None);
+    }
+    let text = sql::next_due(queues.len());
+
+    let mut query = sqlx::query_scalar(&text);
+    for queue in queues {
+        query = query.bind(*queue).bind(now);
+    }
+    query.fetch_one(conn).await
+}
+
+/// What [`probe`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Probe {
+    /// The earliest `run_at` among the queues' pending jobs, due or delayed.
+    pub(crate) first_run_at: Option<Millis>,
+    /// Whether a lease has expired (asked only when the reaper is due).
+    pub(crate) expired: bool,
+    /// The clock the two were read against.
+    pub(crate) now: Millis,
+}
+
+impl Probe {
+    /// Whether a claim may find a job: one is due, or the reaper has leases to return.
+    pub(crate) fn found_work(&self) -> bool {
+        self.expired || self.first_run_at.is_some_and(|at| at <= self.now)
+    }
+
+    /// When the earliest delayed job is due, if none is due yet.
+    pub(crate) fn next_due(&self) -> Option<Millis> {
+        self.first_run_at.filter(|&at| at > self.now)
+    }
+}
+
+/// Whether a claim over `queues` would find anything, without a transaction or a lock:
+/// one statement, one index dive per queue (and one for expired leases when `reap`).
+pub(crate) async fn probe(
+    conn: &mut MySqlConnection,
+    queues: &[&str],
+    reap: bool,
+    now: Option<Millis>,
+) -> Result<Probe, sqlx::Error> {
+    let text = sql::probe(queues.len());
+    let mut query = sqlx::query(&text);
+    for queue in queues {
+        query = query.bind(*queue);
+    }
+    let row = query.bind(reap).bind(now).bind(now).fetch_one(conn).await?;
+    Ok(Probe {
+        first_run_at: row.try_get(0)?,
+        expired: row.try_get::<i64, _>(1)? != 0,
+        now: row.try_get(2)?,
+    })
+}

@@ -1,0 +1,34 @@
+//! The broker's operations as they run on one connection. Each takes `now` from its
+//! caller: `Some` is the broker's own clock, `None` lets the database clock decide (every
+//! statement reads `COALESCE(?, now)`). Whether a transaction surrounds them is the
+//! caller's business (`broker`), except where noted.
+//!
+//! # Layout
+//! - `enqueue`: new jobs encoded once, split into inserts, each one multi-row `INSERT`;
+//! - `fetch`: the reaper, the claim (by priority levels or over the queue), the next due
+//!   time, and the probe that tells whether a claim would find anything;
+//! - `settle`: settlements, optimistic first, then exactly those still held;
+//! - `renew`: lease renewal;
+//! - `inspect`: cancel, job records, counts, dead letters, purge, and the newest id (for
+//!   the wake poller);
+//! - `rows`: job states, and jobs and job records decoded from rows.
+
+mod enqueue;
+mod fetch;
+mod inspect;
+mod renew;
+mod rows;
+mod settle;
+
+use hopper_core::Millis;
+
+pub(crate) use self::enqueue::{chunks, insert, new_rows};
+pub(crate) use self::fetch::{claim, levels, next_due, probe, reap};
+pub(crate) use self::inspect::{cancel, counts, dead_letters, job, max_id, purge};
+pub(crate) use self::renew::renew;
+pub(crate) use self::settle::settle;
+
+/// A duration in milliseconds, saturating.
+pub(crate) fn millis(d: std::time::Duration) -> Millis {
+    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+}

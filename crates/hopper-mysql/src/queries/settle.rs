@@ -1,0 +1,156 @@
+//! Settling, inside the caller's transaction: acks in one `DELETE`, every other outcome in
+//! one `UPDATE`, each applied only while its job is still held under the named lease.
+
+use std::collections::{HashMap, HashSet};
+
+use hopper_core::{JobId, Millis, Outcome, SettleReport, Settlement};
+use sqlx::Row;
+use sqlx::mysql::MySqlConnection;
+
+use super::millis;
+use super::rows::LEASED;
+use crate::conn::restart;
+use crate::sql::{self, MAX_LIST, MAX_SETTLE_ROWS, padded};
+
+/// `settle_update.sql`'s outcome codes.
+const RETRY: i8 = 1;
+const DEAD_LETTER: i8 = 2;
+const RELEASE: i8 = 3;
+const CANCEL: i8 = 4;
+
+/// What a settle did, and whether any job went back to pending (to wake workers).
+pub(crate) struct Settled {
+    pub(crate) report: SettleReport,
+    pub(crate) requeued: bool,
+}
+
+/// Applies settlements inside the caller's transaction: those whose job is still held
+/// under the named lease apply, the others are fenced.
+///
+/// First optimistically, with the lease in every statement's condition: when each
+/// statement touched as many rows as it named, all applied. Otherwise (something was
+/// fenced, or a job is named twice) the transaction starts over, locks the named rows to
+/// learn which are still held under their lease, and applies exactly those.
+pub(crate) async fn settle(
+    conn: &mut MySqlConnection,
+    settlements: &[Settlement],
+    now: Option<Millis>,
+) -> Result<Settled, sqlx::Error> {
+    let distinct: HashSet<JobId> = settlements.iter().map(|s| s.job).collect();
+    if distinct.len() == settlements.len() {
+        let all: Vec<&Settlement> = settlements.iter().collect();
+        if apply(conn, &all, now).await? == settlements.len() as u64 {
+            return Ok(Settled {
+                report: SettleReport {
+                    applied: settlements.len(),
+                    fenced: Vec::new(),
+                },
+                requeued: all.iter().any(|s| requeues(&s.outcome)),
+            });
+        }
+        restart(conn).await?;
+    }
+
+    let ids: Vec<i64> = distinct.iter().map(|id| id.0).collect();
+    let mut held = HashMap::with_capacity(ids.len());
+    for chunk in ids.chunks(MAX_LIST) {
+        let size = padded(chunk.len());
+        let text = sql::with_ids(&sql::SETTLE_LOCK, size);
+
+        let mut query = sqlx::query(&text);
+        for i in 0..size {
+            query = query.bind(chunk.get(i).copied().unwrap_or(0));
+        }
+        for row in query.fetch_all(&mut *conn).await? {
+            let (id, state, lease): (i64, i8, Option<i64>) =
+                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+            if let (LEASED, Some(lease)) = (state, lease) {
+                held.insert(id, lease);
+            }
+        }
+    }
+    let mut applied = Vec::new();
+    let mut fenced = Vec::new();
+    for s in settlements {
+        // `remove`: a job named twice applies once, the first time.
+        if held.get(&s.job.0) == Some(&s.lease.0) {
+            held.remove(&s.job.0);
+            applied.push(s);
+        } else {
+            fenced.push(s.job);
+        }
+    }
+    apply(conn, &applied, now).await?;
+    Ok(Settled {
+        report: SettleReport {
+            applied: applied.len(),
+            fenced,
+        },
+        requeued: applied.iter().any(|s| requeues(&s.outcome)),
+    })
+}
+
+fn requeues(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Retry { .. } | Outcome::Release)
+}
+
+/// Runs the settlements' statements (acks in one DELETE, the rest in one UPDATE, per
+/// chunk) and returns the rows they touched.
+async fn apply(
+    conn: &mut MySqlConnection,
+    settlements: &[&Settlement],
+    now: Option<Millis>,
+) -> Result<u64, sqlx::Error> {
+    let (acks, others): (Vec<&Settlement>, Vec<&Settlement>) = settlements
+        .iter()
+        .partition(|s| matches!(s.outcome, Outcome::Ack));
+    let mut touched = 0;
+    for chunk in acks.chunks(MAX_LIST) {
+        let size = padded(chunk.len());
+        let text = sql::with_pairs(&sql::SETTLE_ACK, size);
+
+        let mut query = sqlx::query(&text);
+        for i in 0..size {
+            let (id, lease) = chunk.get(i).map_or((0, 0), |s| (s.job.0, s.lease.0));
+            query = query.bind(id).bind(lease);
+        }
+        touched += query.execute(&mut *conn).await?.rows_affected();
+    }
+    for chunk in others.chunks(MAX_SETTLE_ROWS) {
+        let size = padded(chunk.len());
+        let text = sql::settle_update(size);
+
+        let mut query = sqlx::query(&text);
+        for i in 0..size {
+            let Some(s) = chunk.get(i) else {
+                query = query
+                    .bind(0i64)
+                    .bind(0i64)
+                    .bind(0i8)
+                    .bind(0i64)
+                    .bind(None::<&str>);
+                continue;
+            };
+            let (kind, delay_ms, error) = match &s.outcome {
+                Outcome::Retry { delay, error } => (RETRY, millis(*delay), Some(error.as_str())),
+                Outcome::DeadLetter { error } => (DEAD_LETTER, 0, Some(error.as_str())),
+                Outcome::Release => (RELEASE, 0, None),
+                Outcome::Cancel => (CANCEL, 0, None),
+                Outcome::Ack => unreachable!("acks were partitioned out"),
+            };
+            query = query
+                .bind(s.job.0)
+                .bind(s.lease.0)
+                .bind(kind)
+                .bind(delay_ms)
+                .bind(error);
+        }
+        touched += query
+            .bind(now)
+            .bind(now)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+    }
+    Ok(touched)
+}

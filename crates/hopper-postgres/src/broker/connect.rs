@@ -1,0 +1,114 @@
+//! Connecting: the broker's three sets of connections, each with its session settings,
+//! the schema version check, the wake-up listener; and closing.
+
+use std::sync::Arc;
+
+use hopper_core::Result;
+use hopper_core::clock::Pace;
+use tokio::sync::watch;
+
+use super::maintenance::VacuumPace;
+use super::{Inner, PRUNE_EVERY_MS, PgBroker, REAP_EVERY_MS, db_err};
+use crate::conn::Connections;
+use crate::migrate::{check_version, version};
+use crate::options::PgOptions;
+use crate::sql::Sql;
+use crate::url::BrokerUrl;
+
+/// Claim connections per broker: a worker has one fetch in flight, and a second lets two
+/// workers sharing a broker claim at once.
+const CLAIM_CONNECTIONS: usize = 2;
+
+/// How the broker's connections plan: each statement once per connection (a custom plan
+/// per execution cost 0.6–2 ms of server time, as much as running a claim of 100), and
+/// never by a sequential scan, which leaves only the index paths every statement is
+/// written for. A plan made while the table was nearly empty must stay right when it holds
+/// millions: a queue table swings between the two faster than statistics follow.
+const PLANNING: [(&str, &str); 2] = [
+    ("plan_cache_mode", "force_generic_plan"),
+    ("enable_seqscan", "off"),
+];
+
+impl PgBroker {
+    /// Connects with default options and the schema named by the URL's `?schema=`
+    /// (default `hopper`). Refuses a schema whose migrations are behind this build.
+    pub async fn connect(url: &str) -> Result<PgBroker> {
+        let parsed = BrokerUrl::parse(url)?;
+        let mut options = PgOptions::default();
+        if let Some(schema) = parsed.schema.clone() {
+            options.schema = schema;
+        }
+        Self::connect_with(url, options).await
+    }
+
+    /// Connects with `options`; a `?schema=` in the URL is ignored in favour of
+    /// `options.schema`.
+    pub async fn connect_with(url: &str, options: PgOptions) -> Result<PgBroker> {
+        options.validate()?;
+        let parsed = BrokerUrl::parse(url)?;
+        let conns = Connections::new(
+            parsed.options.clone().options(PLANNING),
+            parsed.shown.clone(),
+            options.connections,
+        );
+        let claims = Connections::new(
+            parsed
+                .options
+                .clone()
+                .options(PLANNING)
+                .options([("synchronous_commit", "off")]),
+            parsed.shown.clone(),
+            CLAIM_CONNECTIONS,
+        );
+        {
+            let mut held = conns.get().await?;
+            let found = version(held.conn(), &options.schema)
+                .await
+                .map_err(db_err("reading the schema version"))?;
+            check_version(found, &options.schema, &parsed.shown)?;
+        }
+        // Warnings stay on the server: one is sent whenever another broker's vacuum holds
+        // the table and this one skips it, which is the point of SKIP_LOCKED.
+        let vacuum = Connections::new(
+            parsed
+                .options
+                .clone()
+                .options([("client_min_messages", "error")]),
+            parsed.shown.clone(),
+            1,
+        );
+        let channel = format!("hopper.{}", options.schema);
+        let wake = watch::channel(0).0;
+        let listener = options.listen.then(|| {
+            crate::listen::spawn(
+                parsed.options.clone(),
+                channel.clone(),
+                wake.clone(),
+                parsed.shown.clone(),
+            )
+        });
+        Ok(PgBroker {
+            inner: Arc::new(Inner {
+                conns,
+                claims,
+                vacuum,
+                vacuum_pace: VacuumPace::default(),
+                sql: Sql::for_schema(&options.schema),
+                channel,
+                wake,
+                listener,
+                reap_pace: Pace::new(REAP_EVERY_MS),
+                prune_pace: Pace::new(PRUNE_EVERY_MS),
+                shown_url: parsed.shown,
+                options,
+            }),
+        })
+    }
+
+    /// Closes the broker's connections. Other clones stop working.
+    pub async fn close(&self) {
+        self.inner.conns.close().await;
+        self.inner.claims.close().await;
+        self.inner.vacuum.close().await;
+    }
+}

@@ -1,0 +1,129 @@
+//! Fetching: one claim statement takes every queue's budget under a new lease, and carries
+//! the reaper of expired leases when it is due (see claim.sql).
+
+use hopper_core::job::to_millis;
+use hopper_core::{Error, FetchRequest, Fetched, Job, LeaseId, Millis, Result};
+use sqlx::Row;
+
+use super::rows::job_from_row;
+use super::{PgBroker, db_err};
+use crate::conn::Held;
+
+impl PgBroker {
+    /// [`Broker::fetch`](hopper_core::Broker::fetch).
+    pub(super) async fn fetch_jobs(&self, request: FetchRequest) -> Result<Fetched> {
+        let lease = LeaseId::random();
+        let now = self.now();
+        let now_hint = now.unwrap_or_else(|| to_millis(std::time::SystemTime::now()));
+        let (queues, limits): (Vec<String>, Vec<i32>) = request
+            .budgets
+            .iter()
+            .filter(|b| b.limit > 0)
+            .map(|b| (b.queue.clone(), b.limit.min(i32::MAX as usize) as i32))
+            .unzip();
+        if queues.is_empty() {
+            return Ok(Fetched {
+                lease,
+                jobs: Vec::new(),
+                next_due: None,
+            });
+        }
+        let mut held = self.inner.claims.get().await?;
+        self.prune(held.conn(), now_hint).await?;
+        let ttl = request.lease_ttl.as_millis() as i64;
+        // The claim statement carries the reaper when it is due (see claim.sql).
+        let reap = self.inner.reap_pace.due(now_hint);
+        let (mut jobs, mut next_due, reaped) = claim(
+            &self.inner.sql.claim,
+            &mut held,
+            &queues,
+            &limits,
+            now,
+            lease,
+            ttl,
+            reap,
+        )
+        .await?;
+        if reaped {
+            self.bump();
+            let asked: i64 = limits.iter().map(|&n| i64::from(n)).sum();
+            if (jobs.len() as i64) < asked {
+                // Jobs the reaper returned are invisible to the claim of the same
+                // statement: claim again for what is left of each budget.
+                let left: Vec<i32> = queues
+                    .iter()
+                    .zip(&limits)
+                    .map(|(q, &n)| {
+                        (n - jobs.iter().filter(|j| &j.queue == q).count() as i32).max(0)
+                    })
+                    .collect();
+                let (more, due, _) = claim(
+                    &self.inner.sql.claim,
+                    &mut held,
+                    &queues,
+                    &left,
+                    now,
+                    lease,
+                    ttl,
+                    false,
+                )
+                .await?;
+                jobs.extend(more);
+                next_due = due;
+            }
+        }
+        self.count_claims(jobs.len());
+        jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.run_at, j.id));
+        Ok(Fetched {
+            lease,
+            jobs,
+            next_due,
+        })
+    }
+}
+
+/// Runs claim.sql once: the jobs claimed under `lease`, the next due time when fewer than
+/// asked were claimed, and whether the reaper (run when `reap`) returned jobs to pending.
+#[allow(clippy::too_many_arguments)]
+async fn claim(
+    sql: &str,
+    held: &mut Held<'_>,
+    queues: &[String],
+    limits: &[i32],
+    now: Option<Millis>,
+    lease: LeaseId,
+    ttl_ms: i64,
+    reap: bool,
+) -> Result<(Vec<Job>, Option<Millis>, bool)> {
+    let asked: i64 = limits.iter().map(|&n| i64::from(n)).sum();
+    let rows = sqlx::query(sql)
+        .bind(queues)
+        .bind(limits)
+        .bind(now)
+        .bind(lease.0)
+        .bind(ttl_ms)
+        .bind(reap)
+        .bind(asked.min(i64::from(i32::MAX)) as i32)
+        .fetch_all(held.conn())
+        .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => {
+            held.check(&e);
+            return Err(Error::broker("claiming jobs", e));
+        }
+    };
+    // Kind 0 is a claimed job, 1 the next due time, 2 how many jobs the reaper returned.
+    let mut jobs = Vec::with_capacity(rows.len());
+    let (mut next_due, mut reaped) = (None, false);
+    for row in &rows {
+        let kind: i16 = row.try_get(9).map_err(db_err("decoding claimed jobs"))?;
+        let extra: Option<i64> = row.try_get(10).map_err(db_err("decoding claimed jobs"))?;
+        match kind {
+            0 => jobs.push(job_from_row(row, lease).map_err(db_err("decoding claimed jobs"))?),
+            1 => next_due = extra,
+            _ => reaped = true,
+        }
+    }
+    Ok((jobs, next_due, reaped))
+}

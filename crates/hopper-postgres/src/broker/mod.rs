@@ -1,0 +1,187 @@
+//! [`PgBroker`]: the [`Broker`] over PostgreSQL.
+//!
+//! # Layout
+//! This file holds the broker's state and the [`Broker`] implementation, which hands each
+//! call to the module of its concern:
+//! - `connect`: connecting, the settings of each set of connections, closing;
+//! - `enqueue`: one statement for any number of jobs, also in the caller's transaction;
+//! - `fetch`: the claim under a new lease, carrying the reaper when it is due;
+//! - `settle`: settlements of any mix in one statement;
+//! - `renew`: renewing the leases of every held job in one statement;
+//! - `inspect`: cancel, job records, counts, dead letters and purge;
+//! - `maintenance`: vacuuming the jobs table and pruning completed jobs;
+//! - `rows`: jobs and job records decoded from rows.
+
+mod connect;
+mod enqueue;
+mod fetch;
+mod inspect;
+mod maintenance;
+mod renew;
+mod rows;
+mod settle;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hopper_core::clock::Pace;
+use hopper_core::{
+    Broker, CancelOutcome, Capabilities, Error, FetchRequest, Fetched, JobId, JobRecord, LeaseId,
+    Millis, NewJob, QueueCounts, Result, SettleReport, Settlement,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use self::maintenance::VacuumPace;
+use crate::conn::Connections;
+use crate::options::PgOptions;
+use crate::sql::Sql;
+
+/// How often, at most, one broker returns expired leases to their queues.
+const REAP_EVERY_MS: Millis = 1000;
+/// How often, at most, one broker prunes completed jobs past their retention.
+const PRUNE_EVERY_MS: Millis = 60_000;
+
+/// The PostgreSQL broker. Cheap to clone: clones share connections and wake-ups.
+#[derive(Debug, Clone)]
+pub struct PgBroker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    conns: Connections,
+    /// Connections for claims only, whose commits do not wait for the WAL flush
+    /// (`synchronous_commit = off`). A claim lost to a server crash leaves its jobs pending,
+    /// to be claimed and run again: what at-least-once allows, and what a worker crash
+    /// does anyway. Every other statement (enqueue above all) stays durable, and a durable
+    /// commit flushes the claims before it. Saves a WAL flush per fetch: the whole cost of
+    /// an idle worker's wake-up on a disk where a flush takes a millisecond.
+    claims: Connections,
+    /// One connection for [`PgOptions::vacuum_after`], opened at the first vacuum.
+    vacuum: Connections,
+    vacuum_pace: VacuumPace,
+    sql: Sql,
+    options: PgOptions,
+    channel: String,
+    wake: watch::Sender<u64>,
+    listener: Option<JoinHandle<()>>,
+    /// The reaper of expired leases, at most once a [`REAP_EVERY_MS`] per broker.
+    reap_pace: Pace,
+    /// Pruning of completed jobs, at most once a [`PRUNE_EVERY_MS`] per broker.
+    prune_pace: Pace,
+    shown_url: String,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(l) = &self.listener {
+            l.abort();
+        }
+    }
+}
+
+fn db_err(what: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
+    move |e| Error::broker(what.to_owned(), e)
+}
+
+impl PgBroker {
+    /// The schema this broker works in.
+    pub fn schema(&self) -> &str {
+        &self.inner.options.schema
+    }
+
+    /// The channel each enqueue notifies, and each broker of this schema that listens (the
+    /// default) listens on: `hopper.<schema>`. A program of its own can listen on it to
+    /// learn of new jobs; the dot makes it an identifier to quote: `LISTEN "hopper.jobs"`.
+    pub fn wake_channel(&self) -> &str {
+        &self.inner.channel
+    }
+
+    /// The URL this broker connected to, password hidden.
+    pub fn url(&self) -> &str {
+        &self.inner.shown_url
+    }
+
+    /// The time to send: `None` lets the database clock decide.
+    fn now(&self) -> Option<Millis> {
+        self.inner.options.clock.map(|c| c.now_millis())
+    }
+
+    fn bump(&self) {
+        self.inner.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+#[async_trait]
+impl Broker for PgBroker {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            name: "postgres",
+            durable: true,
+            in_process: false,
+            delayed: true,
+            priorities: true,
+            leases: true,
+            topics: false,
+            pushed: false,
+        }
+    }
+
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut held = self.inner.conns.get().await?;
+        let result = self.enqueue_in(held.conn(), jobs).await;
+        if let Err(Error::Broker {
+            source: Some(src), ..
+        }) = &result
+        {
+            if let Some(e) = src.downcast_ref::<sqlx::Error>() {
+                held.check(e);
+            }
+        }
+        if result.is_ok() {
+            self.bump();
+        }
+        result
+    }
+
+    async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
+        self.fetch_jobs(request).await
+    }
+
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        self.settle_jobs(settlements).await
+    }
+
+    async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
+        self.renew_leases(leases, ttl).await
+    }
+
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        self.cancel_job(id).await
+    }
+
+    async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        self.read_job(id).await
+    }
+
+    async fn counts(&self, queue: &str) -> Result<QueueCounts> {
+        self.count_jobs(queue).await
+    }
+
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
+        self.list_dead_letters(queue, limit).await
+    }
+
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        self.purge_queue(queue).await
+    }
+
+    fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner.wake.subscribe())
+    }
+}

@@ -1,0 +1,47 @@
+//! Jobs and job records, decoded from the rows of the statements that return them.
+
+use hopper_core::job::headers_from_json;
+use hopper_core::{Job, JobId, JobRecord, JobState, LeaseId};
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+
+/// Decodes the job columns every job-returning statement selects first, in this order:
+/// id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at.
+pub(super) fn job_from_row(row: &PgRow, lease: LeaseId) -> Result<Job, sqlx::Error> {
+    let headers: Option<String> = row.try_get(7)?;
+    let headers =
+        headers_from_json(headers.as_deref()).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    Ok(Job {
+        id: JobId(row.try_get(0)?),
+        queue: row.try_get(1)?,
+        payload: row.try_get(2)?,
+        priority: row.try_get(3)?,
+        run_at: row.try_get(4)?,
+        attempt: row.try_get::<i32, _>(5)?.max(0) as u32,
+        max_attempts: row.try_get::<i32, _>(6)?.max(1) as u32,
+        headers,
+        created_at: row.try_get(8)?,
+        lease,
+    })
+}
+
+pub(super) fn record_from_row(row: &PgRow) -> Result<JobRecord, sqlx::Error> {
+    let state: i16 = row.try_get(9)?;
+    let lease: Option<i64> = row.try_get(10)?;
+    let state = match state {
+        0 => JobState::Pending,
+        1 => JobState::Leased,
+        2 => JobState::Completed,
+        3 => JobState::Dead,
+        _ => JobState::Cancelled,
+    };
+    let lease = match state {
+        JobState::Leased => LeaseId(lease.unwrap_or(0)),
+        _ => LeaseId(0),
+    };
+    Ok(JobRecord {
+        job: job_from_row(row, lease)?,
+        state,
+        last_error: row.try_get(11)?,
+    })
+}

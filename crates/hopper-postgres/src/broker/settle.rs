@@ -1,0 +1,76 @@
+//! Settling: acks, retries, dead letters, releases and cancels of any mix in one statement,
+//! each applied only while its job is still held under the named lease.
+
+use std::collections::HashSet;
+
+use hopper_core::{Error, JobId, Outcome, Result, SettleReport, Settlement};
+
+use super::PgBroker;
+
+impl PgBroker {
+    /// [`Broker::settle`](hopper_core::Broker::settle).
+    pub(super) async fn settle_jobs(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        if settlements.is_empty() {
+            return Ok(SettleReport::default());
+        }
+        let n = settlements.len();
+        let (mut ids, mut leases, mut kinds, mut delays, mut errors) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let mut requeues = false;
+        for s in &settlements {
+            let (kind, delay, error) = outcome_kind(&s.outcome);
+            requeues |= kind == 1 || kind == 3;
+            ids.push(s.job.0);
+            leases.push(s.lease.0);
+            kinds.push(kind);
+            delays.push(delay);
+            errors.push(error.map(str::to_owned));
+        }
+        let mut held = self.inner.conns.get().await?;
+        let applied: Vec<i64> = match sqlx::query_scalar(&self.inner.sql.settle)
+            .bind(&ids)
+            .bind(&leases)
+            .bind(&kinds)
+            .bind(&delays)
+            .bind(&errors)
+            .bind(self.now())
+            .bind(self.inner.options.keep_completed.is_some())
+            .fetch_all(held.conn())
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                held.check(&e);
+                return Err(Error::broker("settling jobs", e));
+            }
+        };
+        drop(held);
+        if requeues {
+            self.bump();
+        }
+        let applied_set: HashSet<i64> = applied.iter().copied().collect();
+        Ok(SettleReport {
+            applied: applied.len(),
+            fenced: ids
+                .into_iter()
+                .filter(|id| !applied_set.contains(id))
+                .map(JobId)
+                .collect(),
+        })
+    }
+}
+
+fn outcome_kind(o: &Outcome) -> (i16, i64, Option<&str>) {
+    match o {
+        Outcome::Ack => (0, 0, None),
+        Outcome::Retry { delay, error } => (1, delay.as_millis() as i64, Some(error)),
+        Outcome::DeadLetter { error } => (2, 0, Some(error)),
+        Outcome::Release => (3, 0, None),
+        Outcome::Cancel => (4, 0, None),
+    }
+}
