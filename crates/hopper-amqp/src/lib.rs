@@ -13,13 +13,15 @@
 //!
 //! # Layout
 //! - [`broker`]: [`AmqpBroker`], the [`Broker`](hopper_core::Broker) implementation:
-//!   enqueue, fetch from the pushed buffers, grouped settlement, counts, purge.
+//!   enqueue, fetch from the pushed buffers, grouped settlement, counts, purge; publishing,
+//!   fetch, settlement and the admin calls each have a submodule.
 //! - [`options`]: [`AmqpOptions`] and [`QueueSettings`]: default window, queue kinds,
 //!   dead-letter exchanges, declarations, confirms, reconnection; URL settings.
 //! - [`topology`]: the queues Hopper declares: work and dead-letter queues on request,
 //!   retry queues always, and the retry buckets.
 //! - [`wire`]: the message format: properties, headers, ids.
-//! - `subscription`: one channel and consumer per queue and the task feeding its buffer;
+//! - `subscription`: one channel and consumer per queue and the task feeding its buffer
+//!   (its state, task, consumer, buffer and ack sending in submodules of their own);
 //!   `acks`: which acknowledgements it sends now and which it holds for one `multiple`
 //!   frame; `conn`: the connection, its reconnection and the confirm channels.
 
