@@ -26,8 +26,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use hopper_core::job::to_millis;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, ConfigError, Error, FetchRequest, Fetched, JobId,
-    JobRecord, LeaseId, NewJob, QueueCounts, Result, SettleReport, Settlement,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, ConfigError, Error, FetchRequest, Fetched,
+    JobId, JobRecord, LeaseId, QueueCounts, Result, SettleReport, Settlement,
 };
 use tokio::sync::watch;
 
@@ -148,22 +148,10 @@ impl AmqpBroker {
 #[async_trait]
 impl Broker for AmqpBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            name: "amqp",
-            durable: true,
-            in_process: false,
-            delayed: true,
-            priorities: false,
-            leases: false,
-            topics: false,
-            pushed: true,
-        }
+        Capabilities::pushed("amqp")
     }
 
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        for job in &jobs {
-            job.validate()?;
-        }
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
         let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
         queues.sort_unstable();
         queues.dedup();

@@ -167,7 +167,18 @@ pub enum CancelOutcome {
 }
 
 /// What a broker can do, so the runtime and tools can adapt.
+///
+/// Built from a preset and adjusted, never written out field by field, so that a field
+/// added here reaches every broker with its preset's value:
+///
+/// ```
+/// use hopper_core::Capabilities;
+///
+/// let caps = Capabilities::pushed("amqp").without_delayed();
+/// assert!(caps.pushed && caps.durable && !caps.delayed && !caps.leases);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// A short name: `memory`, `sqlite`, ….
     pub name: &'static str,
@@ -194,14 +205,129 @@ pub struct Capabilities {
     pub pushed: bool,
 }
 
+impl Capabilities {
+    /// A durable broker whose workers claim jobs with statements under expiring leases
+    /// (SQLite, PostgreSQL, MySQL): delays, priorities and leases, nothing pushed.
+    pub const fn leased_sql(name: &'static str) -> Self {
+        Capabilities {
+            name,
+            durable: true,
+            in_process: false,
+            delayed: true,
+            priorities: true,
+            leases: true,
+            topics: false,
+            pushed: false,
+        }
+    }
+
+    /// A broker whose jobs live in this process, so a fetch is a hand-off in memory:
+    /// delays, priorities, leases and topics, and nothing survives the process.
+    pub const fn in_process(name: &'static str) -> Self {
+        Capabilities {
+            name,
+            durable: false,
+            in_process: true,
+            delayed: true,
+            priorities: true,
+            leases: true,
+            topics: true,
+            pushed: false,
+        }
+    }
+
+    /// A durable broker whose server pushes deliveries under a window (RabbitMQ): delays,
+    /// and no priorities or leases (a delivery is held until its channel closes).
+    pub const fn pushed(name: &'static str) -> Self {
+        Capabilities {
+            name,
+            durable: true,
+            in_process: false,
+            delayed: true,
+            priorities: false,
+            leases: false,
+            topics: false,
+            pushed: true,
+        }
+    }
+
+    /// The same, under another name (a wrapper that changes how the broker is reached).
+    pub const fn named(self, name: &'static str) -> Self {
+        Capabilities { name, ..self }
+    }
+
+    /// The same, with jobs reached over a connection rather than handed off in memory.
+    pub const fn without_in_process(self) -> Self {
+        Capabilities {
+            in_process: false,
+            ..self
+        }
+    }
+
+    /// The same, with `run_at` and delays not honoured.
+    pub const fn without_delayed(self) -> Self {
+        Capabilities {
+            delayed: false,
+            ..self
+        }
+    }
+}
+
+/// New jobs that passed [`NewJob::validate`], as [`Broker::enqueue`] hands them to
+/// [`Broker::enqueue_checked`]: a broker stores them without checking them again.
+///
+/// Only [`CheckedJobs::check`] makes one, so a broker that receives it knows every job
+/// was checked once, in core, before any broker saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedJobs(Vec<NewJob>);
+
+impl CheckedJobs {
+    /// Checks each job; the first that fails is the error, and no job is accepted.
+    pub fn check(jobs: Vec<NewJob>) -> Result<Self> {
+        for job in &jobs {
+            job.validate()?;
+        }
+        Ok(CheckedJobs(jobs))
+    }
+
+    /// The jobs, in the order given.
+    pub fn into_vec(self) -> Vec<NewJob> {
+        self.0
+    }
+}
+
+impl std::ops::Deref for CheckedJobs {
+    type Target = [NewJob];
+
+    fn deref(&self) -> &[NewJob] {
+        &self.0
+    }
+}
+
+impl IntoIterator for CheckedJobs {
+    type Item = NewJob;
+    type IntoIter = std::vec::IntoIter<NewJob>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 /// A store of queued jobs. See the module docs.
 #[async_trait]
 pub trait Broker: Send + Sync + Debug + 'static {
     /// What this broker supports.
     fn capabilities(&self) -> Capabilities;
 
-    /// Accepts jobs, all in one round trip, and returns their ids in order.
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>>;
+    /// Accepts jobs, all in one round trip, and returns their ids in order. Checks every
+    /// job first ([`CheckedJobs::check`]): one that fails is the error, and none is stored.
+    /// Brokers implement [`enqueue_checked`](Broker::enqueue_checked) instead.
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        self.enqueue_checked(CheckedJobs::check(jobs)?).await
+    }
+
+    /// Stores jobs already checked, all in one round trip, and returns their ids in order.
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>>;
 
     /// Claims up to each budget's limit of due jobs, all under one new lease, charging each
     /// job an attempt. Never returns more than asked, even under concurrent fetches, and

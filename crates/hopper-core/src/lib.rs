@@ -25,8 +25,8 @@ pub mod url;
 pub mod worker;
 
 pub use broker::{
-    Broker, Budget, CancelOutcome, Capabilities, FetchRequest, Fetched, JobRecord, JobState,
-    Outcome, QueueCounts, SettleReport, Settlement,
+    Broker, Budget, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched, JobRecord,
+    JobState, Outcome, QueueCounts, SettleReport, Settlement,
 };
 pub use clock::Clock;
 pub use error::{Chain, ConfigError, Error, Result};

@@ -4,6 +4,7 @@
 mod core {
     mod config;
     mod dispatch;
+    mod enqueue;
     mod fetching;
     mod inline;
     mod pushed;

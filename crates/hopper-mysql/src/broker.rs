@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use hopper_core::clock::Pace;
 use hopper_core::job::to_millis;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, Clock, Error, FetchRequest, Fetched, JobId, JobRecord,
-    LeaseId, Millis, NewJob, QueueCounts, Result, SettleReport, Settlement,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, Error, FetchRequest, Fetched, JobId,
+    JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -188,22 +188,10 @@ fn merge_budgets(request: &FetchRequest) -> Vec<(&str, usize)> {
 #[async_trait]
 impl Broker for MySqlBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            name: "mysql",
-            durable: true,
-            in_process: false,
-            delayed: true,
-            priorities: true,
-            leases: true,
-            topics: false,
-            pushed: false,
-        }
+        Capabilities::leased_sql("mysql")
     }
 
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        for job in &jobs {
-            job.validate()?;
-        }
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }

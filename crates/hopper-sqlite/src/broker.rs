@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hopper_core::clock::Pace;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, Clock, FetchRequest, Fetched, JobId, JobRecord, LeaseId,
-    Millis, NewJob, QueueCounts, Result, SettleReport, Settlement,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched, JobId,
+    JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
 };
 use tokio::sync::watch;
 
@@ -162,22 +162,10 @@ fn millis(d: Duration) -> Millis {
 #[async_trait]
 impl Broker for SqliteBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            name: "sqlite",
-            durable: true,
-            in_process: false,
-            delayed: true,
-            priorities: true,
-            leases: true,
-            topics: false,
-            pushed: false,
-        }
+        Capabilities::leased_sql("sqlite")
     }
 
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        for job in &jobs {
-            job.validate()?;
-        }
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, FetchRequest, Fetched, JobId, JobRecord, LeaseId, NewJob,
-    QueueCounts, Result, SettleReport, Settlement,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched, JobId, JobRecord,
+    LeaseId, QueueCounts, Result, SettleReport, Settlement,
 };
 use tokio::sync::watch;
 
@@ -58,8 +58,8 @@ impl Broker for WithCleanup {
     fn capabilities(&self) -> Capabilities {
         self.inner().capabilities()
     }
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        self.inner().enqueue(jobs).await
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+        self.inner().enqueue_checked(jobs).await
     }
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
         self.inner().fetch(request).await

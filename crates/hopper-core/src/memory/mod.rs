@@ -21,12 +21,12 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::broker::{
-    Broker, CancelOutcome, Capabilities, FetchRequest, Fetched, JobRecord, JobState, Outcome,
-    QueueCounts, SettleReport, Settlement,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched, JobRecord, JobState,
+    Outcome, QueueCounts, SettleReport, Settlement,
 };
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::job::{Job, JobCopy, JobId, LeaseId, Millis, NewJob};
+use crate::job::{Job, JobCopy, JobId, LeaseId, Millis};
 use state::{Held, Lease, State};
 pub use topic::{Subscription, Topic};
 
@@ -97,22 +97,10 @@ impl MemoryBroker {
 #[async_trait]
 impl Broker for MemoryBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            name: "memory",
-            durable: false,
-            in_process: true,
-            delayed: true,
-            priorities: true,
-            leases: true,
-            topics: true,
-            pushed: false,
-        }
+        Capabilities::in_process("memory")
     }
 
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        for job in &jobs {
-            job.validate()?;
-        }
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
         let now = self.inner.clock.now_millis();
         let mut ids = Vec::with_capacity(jobs.len());
         {

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, FetchRequest, Fetched, Job, JobContext, JobId, JobRecord,
-    JobResult, LeaseId, NewJob, Prefetch, QueueCounts, QueueOptions, Result, SettleReport,
-    Settlement, Worker,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched, Job, JobContext,
+    JobId, JobRecord, JobResult, LeaseId, Prefetch, QueueCounts, QueueOptions, Result,
+    SettleReport, Settlement, Worker,
 };
 use tokio::sync::watch;
 
@@ -92,18 +92,9 @@ impl Pushing {
 #[async_trait]
 impl Broker for Pushing {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            name: "pushing",
-            durable: true,
-            in_process: false,
-            delayed: false,
-            priorities: false,
-            leases: false,
-            topics: false,
-            pushed: true,
-        }
+        Capabilities::pushed("pushing").without_delayed()
     }
-    async fn enqueue(&self, _jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+    async fn enqueue_checked(&self, _jobs: CheckedJobs) -> Result<Vec<JobId>> {
         unreachable!("the backlog is made up front")
     }
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, Clock, Error, FetchRequest, Fetched, JobId, JobRecord,
-    LeaseId, MemoryBroker, NewJob, QueueCounts, Result, SettleReport, Settlement, Worker,
-    WorkerStats,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, Error, FetchRequest, Fetched, JobId,
+    JobRecord, LeaseId, MemoryBroker, NewJob, QueueCounts, Result, SettleReport, Settlement,
+    Worker, WorkerStats,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -93,14 +93,13 @@ impl Remote {
 #[async_trait]
 impl Broker for Remote {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            name: "remote",
-            in_process: false,
-            ..self.inner.capabilities()
-        }
+        self.inner
+            .capabilities()
+            .without_in_process()
+            .named("remote")
     }
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        self.inner.enqueue(jobs).await
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+        self.inner.enqueue_checked(jobs).await
     }
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
         tokio::time::sleep(self.rtt).await;

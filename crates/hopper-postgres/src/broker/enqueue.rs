@@ -1,7 +1,7 @@
 //! Enqueueing: one statement for any number of jobs, on the broker's connections or inside
 //! the caller's own transaction ([`PgBroker::enqueue_in`]).
 
-use hopper_core::{JobId, NewJob, Result};
+use hopper_core::{CheckedJobs, JobId, NewJob, Result};
 use sqlx::postgres::PgConnection;
 
 use super::{PgBroker, db_err};
@@ -14,7 +14,16 @@ impl PgBroker {
         conn: &mut PgConnection,
         jobs: Vec<NewJob>,
     ) -> Result<Vec<JobId>> {
-        let query = self.enqueue_query(&jobs)?;
+        self.insert(conn, CheckedJobs::check(jobs)?).await
+    }
+
+    /// Inserts jobs already checked, on `conn`, in one statement.
+    pub(super) async fn insert(
+        &self,
+        conn: &mut PgConnection,
+        jobs: CheckedJobs,
+    ) -> Result<Vec<JobId>> {
+        let query = self.enqueue_arrays(jobs);
         let rows = sqlx::query_scalar::<_, i64>(&self.inner.sql.enqueue)
             .bind(query.queues)
             .bind(query.payloads)
@@ -31,22 +40,22 @@ impl PgBroker {
         Ok(rows.into_iter().map(JobId).collect())
     }
 
-    fn enqueue_query(&self, jobs: &[NewJob]) -> Result<EnqueueArrays> {
+    /// The statement's arrays, one element per job, taking the jobs' queues and payloads.
+    fn enqueue_arrays(&self, jobs: CheckedJobs) -> EnqueueArrays {
         let now = self.now();
         let mut a = EnqueueArrays::with_capacity(jobs.len());
         for job in jobs {
-            job.validate()?;
             let (run_at, delay) = job.run_at_parts(now);
-            a.queues.push(job.queue.clone());
-            a.payloads.push(job.payload.clone());
             a.priorities.push(job.priority);
             a.run_at.push(run_at);
             a.delay_ms.push(delay);
             a.max_attempts
                 .push(job.max_attempts.min(i32::MAX as u32) as i32);
             a.headers.push(job.headers_json());
+            a.queues.push(job.queue);
+            a.payloads.push(job.payload);
         }
-        Ok(a)
+        a
     }
 }
 

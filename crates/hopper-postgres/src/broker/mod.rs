@@ -27,8 +27,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hopper_core::clock::Pace;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, Error, FetchRequest, Fetched, JobId, JobRecord, LeaseId,
-    Millis, NewJob, QueueCounts, Result, SettleReport, Settlement,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, Error, FetchRequest, Fetched, JobId,
+    JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -117,24 +117,15 @@ impl PgBroker {
 #[async_trait]
 impl Broker for PgBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            name: "postgres",
-            durable: true,
-            in_process: false,
-            delayed: true,
-            priorities: true,
-            leases: true,
-            topics: false,
-            pushed: false,
-        }
+        Capabilities::leased_sql("postgres")
     }
 
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
         let mut held = self.inner.conns.get().await?;
-        let result = self.enqueue_in(held.conn(), jobs).await;
+        let result = self.insert(held.conn(), jobs).await;
         if let Err(Error::Broker {
             source: Some(src), ..
         }) = &result

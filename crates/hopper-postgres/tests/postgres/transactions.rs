@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use hopper_core::{FetchRequest, JobState, NewJob, Outcome, Settlement, job::to_millis};
+use hopper_core::{Error, FetchRequest, JobState, NewJob, Outcome, Settlement, job::to_millis};
 use sqlx::Connection;
 
 use super::support::{broker_with, url};
@@ -40,6 +40,37 @@ async fn a_job_enqueued_in_a_transaction_exists_only_if_it_commits() {
     tx.commit().await.unwrap();
     assert_eq!(broker.counts("q").await.unwrap().pending, 2);
     assert!(committed[0] < committed[1]);
+    conn.close().await.unwrap();
+}
+
+/// A bad job is refused before any statement is sent, so the caller's transaction stays
+/// usable and none of the jobs beside it is inserted.
+#[tokio::test]
+async fn a_bad_job_in_a_transaction_is_refused_before_the_statement() {
+    let (broker, pg) = broker_with(|o| o).await;
+    let mut conn = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    let err = pg
+        .enqueue_in(
+            &mut tx,
+            vec![
+                NewJob::json("q", &1).unwrap(),
+                NewJob::json("no spaces", &2).unwrap(),
+            ],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(c) if c.value == "no spaces"),
+        "{err}"
+    );
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(one, 1, "the transaction is not aborted");
+    tx.commit().await.unwrap();
+    assert_eq!(broker.counts("q").await.unwrap().pending, 0);
     conn.close().await.unwrap();
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, Clock, FetchRequest, Fetched, JobId, JobRecord, LeaseId,
-    NewJob, QueueCounts, Result, SettleReport, Settlement,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched, JobId,
+    JobRecord, LeaseId, QueueCounts, Result, SettleReport, Settlement,
 };
 use hopper_sqlite::{SqliteBroker, SqliteOptions};
 use tokio::sync::watch;
@@ -79,8 +79,8 @@ impl Broker for TempBroker {
         self.broker.capabilities()
     }
 
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        self.broker.enqueue(jobs).await
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+        self.broker.enqueue_checked(jobs).await
     }
 
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
