@@ -199,7 +199,13 @@ async fn crash_and_rescue(target: Target) -> Rescue {
         queue,
     } = target;
     enqueue_n(&broker, &queue, CRASH_JOBS).await;
+    // A pushed broker's server hands the window to the subscription, which passes on only
+    // what free slots ask for: the 2 jobs past the 4 running may wait in the subscription
+    // rather than in the worker's buffer, so the server's count tells what is held.
+    let pushed = broker.capabilities().pushed;
     let started = Arc::new(Mutex::new(BTreeSet::new()));
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (q, mark) = (queue.clone(), started.clone());
     std::thread::spawn(move || {
@@ -207,7 +213,7 @@ async fn crash_and_rescue(target: Target) -> Rescue {
             .enable_all()
             .build()
             .expect("a runtime for the doomed worker");
-        let held = runtime.block_on(async move {
+        runtime.block_on(async move {
             let worker = Worker::builder(connect().await)
                 .lease_ttl(Duration::from_secs(1))
                 .poll_interval(Duration::from_millis(50))
@@ -224,20 +230,30 @@ async fn crash_and_rescue(target: Target) -> Rescue {
                 .start()
                 .expect("start the doomed worker");
             let s = wait_for(&worker, "the doomed worker to hold its window", |s| {
-                s.running == 4 && s.buffered == CRASH_WINDOW - 4
+                s.running == 4 && (pushed || s.buffered == CRASH_WINDOW - 4)
             })
             .await;
+            let _ = ready_tx.send(s.running + s.buffered);
+            let _ = go_rx.await;
             // Past the first renewal (a third of the lease), so the crash is not merely
             // before any extension.
             tokio::time::sleep(Duration::from_millis(500)).await;
             drop(worker); // The handle only: the worker runs on until its runtime goes.
-            s.running + s.buffered
         });
         // The runtime drops here with the worker, its tasks and its broker inside it.
         drop(runtime);
-        let _ = tx.send(held);
+        let _ = tx.send(());
     });
-    let held = rx.await.expect("the doomed worker's thread panicked");
+    let mut held = ready_rx.await.expect("the doomed worker's thread panicked");
+    if pushed {
+        // What the server pushed to the doomed worker's subscription: every job no longer
+        // ready in the queue.
+        let ready = |c: &QueueCounts| c.pending as usize <= CRASH_JOBS - CRASH_WINDOW;
+        wait_until(&broker, &queue, "the server to push the window", ready).await;
+        held = CRASH_JOBS - counts(&broker, &queue).await.pending as usize;
+    }
+    go_tx.send(()).expect("the doomed worker waits for the go");
+    rx.await.expect("the doomed worker's thread panicked");
     let after_crash = counts(&broker, &queue).await;
 
     let runs = Runs::default();
