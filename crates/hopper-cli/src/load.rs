@@ -30,7 +30,7 @@ const NOT_STARTED: u32 = u32::MAX;
 /// Consecutive job indexes counted by one [`Stripe`].
 const STRIPE: usize = 64;
 /// Latencies recorded at most: a larger load records every n-th job's (see
-/// [`Tally::sampled`]).
+/// [`Tally::started`]).
 const LATENCY_SAMPLES: usize = 65_536;
 
 #[derive(Debug, Args)]

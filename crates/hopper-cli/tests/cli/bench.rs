@@ -60,7 +60,7 @@ fn bench_memory_rows_are_medians_of_rounds() {
 }
 
 /// `hopper bench --only sqlite` pairs each of its rows' raw loops with a drain round by
-/// round: one claim per batch in every drain, the note naming the rounds when there is
+/// round: about one claim per batch in every drain, the note naming the rounds when there is
 /// more than one.
 #[test]
 fn bench_sqlite_rows_pair_raw_and_hopper_rounds() {
@@ -81,7 +81,14 @@ fn bench_sqlite_rows_pair_raw_and_hopper_rounds() {
             assert_eq!(r["jobs"], 1000, "{r}");
             assert!(r["raw_per_s"].as_f64().unwrap() > 0.0, "{r}");
             assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
-            assert_eq!(r["fetches_per_1k"].as_f64(), Some(1000.0 / batch), "{r}");
+            // One claim per batch, and at most two more: a claim sized to what the window
+            // had free when the drain's last jobs were still running depends on the
+            // machine's timing, not on the batch size.
+            let fetches = r["fetches_per_1k"].as_f64().unwrap();
+            assert!(
+                (1000.0 / batch..=1000.0 / batch + 2.0).contains(&fetches),
+                "{r}"
+            );
             assert_eq!(r["note"].as_str(), Some(note), "{r}");
         }
     }
