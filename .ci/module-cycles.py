@@ -44,8 +44,25 @@ def expand(tree):
     return out
 
 def strip_tests(text):
-    i = text.find('#[cfg(test)]')
-    return text if i < 0 else text[:i]
+    """Drops each item under `#[cfg(test)]`: up to its `;`, or through its braced body."""
+    out, pos = [], 0
+    while (i := text.find('#[cfg(test)]', pos)) >= 0:
+        out.append(text[pos:i])
+        j = i + len('#[cfg(test)]')
+        while j < len(text) and text[j] not in '{;':
+            j += 1
+        if j < len(text) and text[j] == '{':
+            depth = 0
+            while j < len(text):
+                depth += {'{': 1, '}': -1}.get(text[j], 0)
+                j += 1
+                if depth == 0:
+                    break
+        else:
+            j += 1
+        pos = j
+    out.append(text[pos:])
+    return ''.join(out)
 
 def uses(text):
     text = re.sub(r'//[^\n]*', '', strip_tests(text))
