@@ -2,6 +2,7 @@
 //! tokio's paused clock, so job times are exact and the figures asserted are deterministic.
 
 mod core {
+    mod ahead;
     mod config;
     mod dispatch;
     mod enqueue;

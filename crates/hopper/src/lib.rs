@@ -80,8 +80,8 @@ pub mod memory {
 pub mod worker {
     //! The worker's limits and defaults.
     pub use hopper_core::worker::{
-        DEFAULT_BATCH_WAIT, DEFAULT_MAX_BATCH, HANDOFF_MAX, MAX_BATCH_LIMIT, POOL_KEEP_ALIVE,
-        SIZES_KEPT, STOP_SETTLE_LIMIT,
+        DEFAULT_BATCH_WAIT, DEFAULT_MAX_BATCH, HANDOFF_MAX, MAX_BATCH_LIMIT, MAX_FETCHES_IN_FLIGHT,
+        POOL_KEEP_ALIVE, SIZES_KEPT, STOP_SETTLE_LIMIT,
     };
 }
 

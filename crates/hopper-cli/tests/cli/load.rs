@@ -68,12 +68,14 @@ fn load_on_sqlite_with_two_workers_loses_nothing_and_claims_by_slots() {
         "10",
         "--queues",
         "a,b",
+        "--prefetch",
+        "slots",
         "--json",
     ]);
     std::fs::remove_dir_all(dir).ok();
     assert_each_ran_once(&r, 5000);
     assert_eq!(r["workers"], 2);
-    // Two queues at concurrency 10 each: a fetch holds at most 20 jobs.
+    // Two queues at concurrency 10 each, by slots: a fetch holds at most 20 jobs.
     assert!(sizes(&r).iter().all(|&n| n <= 20), "{:?}", sizes(&r));
 }
 

@@ -53,10 +53,9 @@ fn migrate_then_load_on_postgres() {
     ]);
     drop_postgres_schema(&schema);
     assert_each_ran_once(&r, 3000);
-    assert!(
-        sizes(&r).iter().all(|&n| n <= 10),
-        "slots: at most the 10 free slots"
-    );
+    // The default window fetches ahead of the 10 slots to cover the round trip, each fetch
+    // at most max_batch (50).
+    assert!(sizes(&r).iter().all(|&n| n <= 50), "{:?}", sizes(&r));
 }
 
 #[test]
@@ -93,7 +92,7 @@ fn migrate_then_load_on_mariadb() {
     ]);
     mariadb(&format!("DROP DATABASE {db}"));
     assert_each_ran_once(&r, 2000);
-    assert!(sizes(&r).iter().all(|&n| n <= 10));
+    assert!(sizes(&r).iter().all(|&n| n <= 50), "{:?}", sizes(&r));
 }
 
 #[test]

@@ -43,6 +43,10 @@ pub const DEFAULT_BATCH_WAIT: Duration = Duration::from_millis(50);
 pub const HANDOFF_MAX: usize = 32;
 /// In process, with the default window, a queue holds this many hand-offs per slot.
 pub(crate) const IN_PROCESS_HANDOFFS: usize = 2;
+/// The most fetches a worker keeps in flight at once, to cover the round trip to a pulled
+/// broker (docs/design.md, "Round trips in flight"); one, for queues that do not fetch
+/// ahead.
+pub const MAX_FETCHES_IN_FLIGHT: usize = 4;
 /// A pool task idle this long ends, unless it is the pool's last idle one. Until then it
 /// takes the next hand-off: between two fetches of a busy queue the buffer runs dry for a
 /// moment, and ending every idle task then spawned them all again a round trip later.

@@ -18,6 +18,9 @@ pub struct WorkerStats {
     pub empty_fetches: u64,
     /// Jobs those fetches returned.
     pub fetched_jobs: u64,
+    /// The most fetches that were in flight at once: above 1 when a pulled queue fetched
+    /// ahead to cover the round trip.
+    pub peak_fetches_in_flight: usize,
     /// The size of each non-empty fetch, in order (the first [`SIZES_KEPT`]). On a pushed
     /// broker, the size of each batch handed to a handler (1 for a one-job handler).
     pub batch_sizes: Vec<u32>,

@@ -18,8 +18,8 @@ use crate::broker::{Budget, Capabilities, FetchRequest, Fetched, Outcome};
 use crate::error::Result;
 use crate::job::to_millis;
 use crate::prefetch::{AutoSizer, Prefetch};
-use crate::worker::IN_PROCESS_HANDOFFS;
 use crate::worker::stats::{WorkerStats, push_size};
+use crate::worker::{IN_PROCESS_HANDOFFS, MAX_FETCHES_IN_FLIGHT};
 
 /// What one fetch asked for: (queue index, jobs) per queue.
 pub(super) type Asked = Vec<(usize, usize)>;
@@ -48,20 +48,22 @@ impl Mode {
     }
 }
 
-/// The fetch side of the loop: one fetch in flight at most, its round trip, its backoff
-/// after a failure, and when to look again at queues that came back short.
+/// The fetch side of the loop: the fetches in flight (one at most, except to keep a pulled
+/// queue's round trip covered), their round trip, the backoff after a failure, and when to
+/// look again at queues that came back short.
 pub(super) struct Intake {
     pub(super) mode: Mode,
-    pub(super) in_flight: bool,
-    /// When the fetch in flight was sent.
-    sent: Instant,
+    /// Fetches sent and not answered.
+    pub(super) in_flight: usize,
+    /// The most fetches that were ever in flight at once.
+    pub(super) peak_in_flight: usize,
     /// Fetch round trips, as a moving average in which the newest weighs 30%: how long a
-    /// top-up is held back at most.
+    /// top-up is held back at most, and how far ahead a pulled queue fetches.
     rtt: Option<Duration>,
     pub(super) retry_at: Option<Instant>,
     backoff: Duration,
     /// A fetch that completed as it was sent (in process, or pushed), not yet taken in.
-    pub(super) fetched_now: Option<(Result<Fetched>, Asked)>,
+    pub(super) fetched_now: Option<(Result<Fetched>, Asked, Instant)>,
     /// The broker's wake-up signal, watched while a queue is drained.
     pub(super) wake: Option<watch::Receiver<u64>>,
     /// When to fetch again for drained queues without a wake-up.
@@ -76,8 +78,8 @@ impl Intake {
     pub(super) fn new(mode: Mode, wake: Option<watch::Receiver<u64>>) -> Self {
         Intake {
             mode,
-            in_flight: false,
-            sent: Instant::now(),
+            in_flight: 0,
+            peak_in_flight: 0,
             rtt: None,
             retry_at: None,
             backoff: FIRST_BACKOFF,
@@ -98,14 +100,44 @@ impl Intake {
         self.mode == Mode::InProcess
     }
 
-    /// The most jobs `q` may hold unsettled, buffered plus handed off. `job_time` is the
-    /// time per job of the last timed hand-off, which sizes an in-process default window.
+    /// Jobs the slots of `q` complete in two fetch round trips, which a pulled queue with
+    /// the default window fetches ahead of its slots so that they never wait on the
+    /// network: 2 × concurrency × round trip ÷ time per job, at most `max_batch` for each
+    /// fetch past the first that may be in flight. Two round trips, not one: the next
+    /// fetch goes out once half a fetch of room is free, so what is buffered and coming
+    /// must last a round trip from then. 0 until a fetch and a hand-off were
+    /// timed, for any other broker or policy, and for batch and `pop_ahead` queues, which
+    /// keep their own rules (docs/design.md, "Round trips in flight").
     #[inline]
-    pub(super) fn window(&self, q: &QueueState, job_time: Option<Duration>) -> usize {
+    pub(super) fn ahead(&self, q: &QueueState, job_time: Option<Duration>) -> usize {
+        if self.mode != Mode::Pulled
+            || q.opts.prefetch.is_some()
+            || q.opts.batch.is_some()
+            || q.opts.pop_ahead
+        {
+            return 0;
+        }
+        let (Some(rtt), Some(per_job)) = (self.rtt, job_time) else {
+            return 0;
+        };
+        let cap = q.opts.max_batch * (MAX_FETCHES_IN_FLIGHT - 1);
+        if per_job.is_zero() {
+            return cap;
+        }
+        let jobs = (2 * q.opts.concurrency as u128 * rtt.as_nanos()).div_ceil(per_job.as_nanos());
+        jobs.min(cap as u128) as usize
+    }
+
+    /// The most jobs `q` may hold unsettled, buffered plus handed off. `job_time` is the
+    /// time per job of the last timed hand-off, which sizes an in-process default window;
+    /// `ahead` is [`Intake::ahead`].
+    #[inline]
+    pub(super) fn window(&self, q: &QueueState, job_time: Option<Duration>, ahead: usize) -> usize {
         let c = q.opts.concurrency;
         let per_slot = q.per_slot();
         match (q.opts.prefetch, self.mode) {
             (None, Mode::InProcess) => c * per_slot.max(IN_PROCESS_HANDOFFS * by_time(job_time, c)),
+            (None, Mode::Pulled) => c * per_slot + ahead,
             (None | Some(Prefetch::Slots), _) => c * per_slot,
             // The server holds a pushed subscription to exactly `n`.
             (Some(Prefetch::Fixed(n)), Mode::Pushed) => n,
@@ -114,10 +146,18 @@ impl Intake {
         }
     }
 
-    /// How many jobs to fetch for `q` now, given its `window`; 0 for none.
+    /// How many jobs to fetch for `q` now, given its `window` and how many it fetches
+    /// `ahead` of its slots; 0 for none.
     #[inline]
-    pub(super) fn want(&self, q: &QueueState, window: usize) -> usize {
+    pub(super) fn want(&self, q: &QueueState, window: usize, ahead: usize) -> usize {
         if q.paused || q.drained || (self.pushed() && !q.subscribed) {
+            return 0;
+        }
+        if ahead > 0 {
+            return Self::want_ahead(q, window);
+        }
+        if q.asked > 0 {
+            // One fetch at a time for a queue that does not fetch ahead.
             return 0;
         }
         // In process, with the in-process default window, the buffer is kept topped up to
@@ -151,6 +191,26 @@ impl Intake {
             _ => room,
         };
         policy.min(room).min(q.opts.max_batch)
+    }
+
+    /// How many jobs a queue that fetches ahead asks for: what its window has room for,
+    /// counting what fetches in flight will bring, once that room is half a fetch, or at
+    /// once when its slots would otherwise run dry before the fetches in flight arrive.
+    /// Beside a fetch in flight only while the last one came back full.
+    #[inline]
+    fn want_ahead(q: &QueueState, window: usize) -> usize {
+        if q.asked > 0 && !q.full {
+            // Not known to have a backlog (just woken, say): one fetch finds out first.
+            return 0;
+        }
+        let room = window.saturating_sub(q.buffer.len() + q.in_handoffs + q.asked);
+        let full = window.min(q.opts.max_batch);
+        let free = q.opts.concurrency.saturating_sub(q.busy);
+        let starving = q.buffer.len() + q.asked < free;
+        if room == 0 || (!starving && room < full.div_ceil(2)) {
+            return 0;
+        }
+        room.min(q.opts.max_batch)
     }
 
     /// Whether a fetch of `want` for `q` would be a top-up worth holding back: part of the
@@ -187,10 +247,11 @@ impl Intake {
             .min(Duration::from_millis(50))
     }
 
-    /// A fetch came back: times its round trip, and on failure sets when to try again.
-    fn answered<T>(&mut self, result: Result<T>) -> Option<T> {
-        self.in_flight = false;
-        let rtt = self.sent.elapsed();
+    /// A fetch sent at `sent` came back: times its round trip, and on failure sets when to
+    /// try again.
+    fn answered<T>(&mut self, result: Result<T>, sent: Instant) -> Option<T> {
+        self.in_flight -= 1;
+        let rtt = sent.elapsed();
         self.rtt = Some(match self.rtt {
             None => rtt,
             Some(avg) => avg.mul_f64(0.7) + rtt.mul_f64(0.3),
@@ -212,7 +273,9 @@ impl Intake {
 
 impl EventLoop {
     pub(super) fn window(&self, q: &QueueState) -> usize {
-        self.intake.window(q, self.dispatch.job_time)
+        let job_time = self.dispatch.job_time;
+        self.intake
+            .window(q, job_time, self.intake.ahead(q, job_time))
     }
 
     /// Every queue may have work again: a wake-up, a due job or the poll.
@@ -224,21 +287,36 @@ impl EventLoop {
         self.intake.next_due = None;
     }
 
+    /// Sends the fetches the queues want: one, or on a pulled broker as many as keep the
+    /// round trip covered, up to [`MAX_FETCHES_IN_FLIGHT`].
     pub(super) fn maybe_fetch(&mut self, now: Instant) {
-        if self.intake.in_flight
+        while self.send_fetch(now) && self.intake.mode == Mode::Pulled {}
+    }
+
+    /// Sends one fetch if any queue wants jobs; whether it did.
+    fn send_fetch(&mut self, now: Instant) -> bool {
+        let pipelining = self.intake.in_flight > 0;
+        if self.intake.in_flight >= MAX_FETCHES_IN_FLIGHT
             || self.stopping.is_some()
             || self.intake.retry_at.is_some_and(|t| t > now)
         {
-            return;
+            return false;
         }
         self.intake.retry_at = None;
         let hold = self.intake.hold();
+        let job_time = self.dispatch.job_time;
         // Allocated only once a queue asks: most passes ask for nothing.
         let mut asked: Asked = Vec::new();
         for i in 0..self.queues.len() {
-            let window = self.window(&self.queues[i]);
-            let want = self.intake.want(&self.queues[i], window);
-            let top_up = want > 0 && self.intake.top_up(&self.queues[i], want, window);
+            let ahead = self.intake.ahead(&self.queues[i], job_time);
+            if pipelining && ahead == 0 {
+                // Only a queue that fetches ahead sends a fetch beside another.
+                continue;
+            }
+            let window = self.intake.window(&self.queues[i], job_time, ahead);
+            let want = self.intake.want(&self.queues[i], window, ahead);
+            let top_up =
+                want > 0 && ahead == 0 && self.intake.top_up(&self.queues[i], want, window);
             let q = &mut self.queues[i];
             if !top_up {
                 q.top_up_since = None;
@@ -259,9 +337,11 @@ impl EventLoop {
             }
         }
         if asked.is_empty() {
-            return;
+            return false;
         }
-        self.intake.sent = now;
+        for &(i, n) in &asked {
+            self.queues[i].asked += n;
+        }
         if let Some(w) = self.intake.wake.as_mut() {
             // Anything enqueued from here on wakes a queue this fetch may find drained.
             w.borrow_and_update();
@@ -276,7 +356,8 @@ impl EventLoop {
                 .collect(),
             lease_ttl: self.cfg.lease_ttl,
         };
-        self.intake.in_flight = true;
+        self.intake.in_flight += 1;
+        self.intake.peak_in_flight = self.intake.peak_in_flight.max(self.intake.in_flight);
         let broker = self.broker.clone();
         let mut fetch = Box::pin(async move { broker.fetch(request).await });
         if self.intake.mode != Mode::Pulled {
@@ -287,20 +368,35 @@ impl EventLoop {
             // window, the server would wait on the acknowledgements that follow).
             let mut cx = Context::from_waker(Waker::noop());
             if let Poll::Ready(result) = fetch.as_mut().poll(&mut cx) {
-                self.intake.fetched_now = Some((result, asked));
-                return;
+                self.intake.fetched_now = Some((result, asked, now));
+                return true;
             }
         }
         let events = self.events.clone();
         tokio::spawn(async move {
             let result = fetch.await;
-            let _ = events.send(Event::Fetched { result, asked });
+            let _ = events.send(Event::Fetched {
+                result,
+                asked,
+                sent: now,
+            });
         });
+        true
     }
 
     /// Takes in what a fetch returned.
-    pub(super) fn fetched(&mut self, result: Result<Fetched>, asked: Asked, st: &mut WorkerStats) {
-        let Some(fetched) = self.intake.answered(result) else {
+    pub(super) fn fetched(
+        &mut self,
+        result: Result<Fetched>,
+        asked: Asked,
+        sent: Instant,
+        st: &mut WorkerStats,
+    ) {
+        for &(qi, n) in &asked {
+            self.queues[qi].asked -= n;
+        }
+        st.peak_fetches_in_flight = st.peak_fetches_in_flight.max(self.intake.peak_in_flight);
+        let Some(fetched) = self.intake.answered(result, sent) else {
             return;
         };
         let now = Instant::now();
@@ -329,6 +425,7 @@ impl EventLoop {
             if let Some(sizer) = q.sizer.as_mut().filter(|_| !pushed) {
                 sizer.fetched(n, got[qi]);
             }
+            q.full = got[qi] == n;
             if got[qi] < n {
                 q.drained = true;
             }

@@ -71,6 +71,8 @@ pub(crate) enum Event {
     Fetched {
         result: Result<Fetched>,
         asked: Asked,
+        /// When the fetch was sent, to time its round trip.
+        sent: Instant,
     },
     TaskDone(TaskReport),
     Settled {
@@ -296,7 +298,7 @@ impl EventLoop {
         consider(self.intake.next_poll);
         consider(self.intake.next_due);
         consider(self.tasks.next_expiry());
-        if !self.intake.in_flight {
+        if self.intake.in_flight == 0 {
             consider(self.intake.retry_at);
             let hold = self.intake.hold();
             for q in &self.queues {
@@ -327,8 +329,8 @@ impl EventLoop {
         self.dispatch(now, st);
         self.maybe_subscribe(st);
         self.maybe_fetch(now);
-        if let Some((result, asked)) = self.intake.fetched_now.take() {
-            self.fetched(result, asked, st);
+        if let Some((result, asked, sent)) = self.intake.fetched_now.take() {
+            self.fetched(result, asked, sent, st);
             self.step_again = true;
         }
         self.maybe_settle(now, st);
@@ -345,7 +347,11 @@ impl EventLoop {
     fn handle(&mut self, ev: Event, st: &mut WorkerStats) {
         match ev {
             Event::Command(cmd) => self.command(cmd, st),
-            Event::Fetched { result, asked } => self.fetched(result, asked, st),
+            Event::Fetched {
+                result,
+                asked,
+                sent,
+            } => self.fetched(result, asked, sent, st),
             Event::TaskDone(TaskReport {
                 task,
                 done,

@@ -40,6 +40,11 @@ pub(super) struct QueueState {
     /// they still count against the window, so the Auto rule needs them to tell a full
     /// window from a short one.
     pub(super) settling: usize,
+    /// Jobs asked of this queue by fetches in flight.
+    pub(super) asked: usize,
+    /// The last fetch answered for this queue brought all it asked: there is a backlog,
+    /// and a queue that fetches ahead may send a fetch beside one in flight.
+    pub(super) full: bool,
 }
 
 impl QueueState {
@@ -60,6 +65,8 @@ impl QueueState {
             subscribing: false,
             subscribed: false,
             settling: 0,
+            asked: 0,
+            full: false,
         }
     }
 

@@ -74,7 +74,7 @@ impl EventLoop {
     pub(super) fn finished(&self) -> bool {
         self.stopping.is_some()
             && self.tasks.all_idle()
-            && !self.intake.in_flight
+            && self.intake.in_flight == 0
             && self.settler.idle()
     }
 
@@ -94,7 +94,7 @@ impl EventLoop {
                  once their leases expire, as after a crash"
             );
         }
-        if self.intake.in_flight {
+        if self.intake.in_flight > 0 {
             tracing::warn!(
                 "stopping with a fetch the broker has not answered; what it claims comes \
                  back once its lease expires"

@@ -1,0 +1,124 @@
+//! Round trips in flight: on a broker with a round trip, a queue with the default window
+//! fetches ahead of its slots by what they complete in one round trip, with several
+//! fetches out at once, so that its slots do not wait on the network; explicit policies
+//! keep one fetch at a time. On tokio's paused clock, so the times asserted are exact.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hopper_core::worker::MAX_FETCHES_IN_FLIGHT;
+use hopper_core::{Broker, JobContext, NewJob, Prefetch, QueueOptions, Worker, WorkerStats};
+use tokio::time::Instant;
+
+use super::support::{Remote, wait_for};
+
+/// The fetch round trip.
+const RTT: Duration = Duration::from_millis(5);
+/// Each job's work.
+const WORK: Duration = Duration::from_millis(1);
+const JOBS: u64 = 2_000;
+
+/// Drains 2,000 jobs of 1 ms at concurrency 10 over a 5 ms round trip; returns the
+/// worker's figures and how long the drain took.
+async fn drain(prefetch: Option<Prefetch>) -> (WorkerStats, Duration) {
+    let broker: Arc<dyn Broker> = Arc::new(Remote::new(RTT));
+    let jobs = (0..JOBS).map(|i| NewJob::json("q", &i).unwrap()).collect();
+    broker.enqueue(jobs).await.unwrap();
+    let mut opts = QueueOptions::new().concurrency(10);
+    if let Some(p) = prefetch {
+        opts = opts.prefetch(p);
+    }
+    let started = Instant::now();
+    let worker = Worker::builder(broker)
+        .queue("q", opts, |_job: JobContext<u64>| async {
+            tokio::time::sleep(WORK).await;
+            Ok(())
+        })
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == JOBS).await;
+    let took = started.elapsed();
+    worker.shutdown().await;
+    (stats, took)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_default_window_keeps_the_round_trip_covered() {
+    let (stats, took) = drain(None).await;
+    // The slots complete 10 jobs a millisecond: 2,000 take 200 ms of work, and fetching
+    // ahead hides all but the first round trips.
+    assert!(took <= Duration::from_millis(230), "drained in {took:?}");
+    assert!(
+        (2..=MAX_FETCHES_IN_FLIGHT).contains(&stats.peak_fetches_in_flight),
+        "{} fetches in flight at most",
+        stats.peak_fetches_in_flight
+    );
+    // Ahead by 2 × 10 slots × 5 ms ÷ 1 ms = 100 jobs: the window is 110, and no fetch
+    // asks more than max_batch (50).
+    let q = &stats.queues["q"];
+    assert!(q.peak_held <= 110, "held {} at most", q.peak_held);
+    assert!(
+        stats.batch_sizes.iter().all(|&n| n <= 50),
+        "{:?}",
+        stats.batch_sizes
+    );
+    assert_eq!(stats.fetched_jobs, JOBS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn explicit_slots_keep_one_fetch_at_a_time() {
+    let (stats, took) = drain(Some(Prefetch::Slots)).await;
+    assert_eq!(stats.peak_fetches_in_flight, 1);
+    assert!(
+        stats.batch_sizes.iter().all(|&n| n <= 10),
+        "{:?}",
+        stats.batch_sizes
+    );
+    // Each window of 10 waits a round trip: at least 200 fetches × 5 ms.
+    assert!(took >= Duration::from_millis(1_000), "drained in {took:?}");
+}
+
+/// A worker woken for one job after its backlog ran out sends one fetch, not one per
+/// fetch it may keep in flight: a queue fetches beside another fetch only while the last
+/// one came back full.
+#[tokio::test(start_paused = true)]
+async fn a_wake_for_one_job_sends_one_fetch() {
+    let remote = Arc::new(Remote::new(RTT));
+    let broker: Arc<dyn Broker> = remote.clone();
+    let jobs = (0..500u64)
+        .map(|i| NewJob::json("q", &i).unwrap())
+        .collect();
+    broker.enqueue(jobs).await.unwrap();
+    let worker = Worker::builder(broker.clone())
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(10),
+            |_job: JobContext<u64>| async {
+                tokio::time::sleep(WORK).await;
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    let before = wait_for(&worker, |s| s.completed == 500).await;
+    assert!(before.peak_fetches_in_flight >= 2);
+    // Let the fetches still out come back empty.
+    tokio::time::sleep(10 * RTT).await;
+    let idle = worker.stats();
+    broker
+        .enqueue(vec![NewJob::json("q", &500u64).unwrap()])
+        .await
+        .unwrap();
+    let after = wait_for(&worker, |s| s.completed == 501).await;
+    tokio::time::sleep(10 * RTT).await;
+    let settled = worker.stats();
+    worker.shutdown().await;
+    assert_eq!(
+        (
+            after.fetches - idle.fetches,
+            settled.empty_fetches - idle.empty_fetches
+        ),
+        (1, 0),
+        "non-empty / empty fetches for the one job"
+    );
+}
