@@ -40,7 +40,8 @@ pub struct Report {
     pub fetches: u64,
     /// Jobs per fetch, over every worker.
     pub jobs_per_fetch: f64,
-    /// The first worker's fetch sizes, in order.
+    /// Every worker's fetch sizes, each worker's in order, one worker after the other (the
+    /// first `SIZES_KEPT` of each): as many as `fetches` counts, unless one was cut short.
     pub batch_sizes: Vec<u32>,
     /// Worker runtimes, each on its own broker connection.
     pub workers: usize,

@@ -293,9 +293,9 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
             fetched as f64 / fetches as f64
         },
         batch_sizes: all_stats
-            .first()
-            .map(|s| s.batch_sizes.clone())
-            .unwrap_or_default(),
+            .iter()
+            .flat_map(|s| s.batch_sizes.iter().copied())
+            .collect(),
         workers: args.workers,
         concurrency: args.concurrency,
         prefetch: args.prefetch.map_or("default".into(), |p| p.to_string()),

@@ -77,6 +77,9 @@ fn load_on_sqlite_with_two_workers_loses_nothing_and_claims_by_slots() {
     assert_eq!(r["workers"], 2);
     // Two queues at concurrency 10 each, by slots: a fetch holds at most 20 jobs.
     assert!(sizes(&r).iter().all(|&n| n <= 20), "{:?}", sizes(&r));
+    // Both workers' fetches: one size per fetch counted, adding up to every job.
+    assert_eq!(sizes(&r).len() as u64, r["fetches"].as_u64().unwrap());
+    assert_eq!(sizes(&r).iter().sum::<u64>(), 5000);
 }
 
 #[test]
