@@ -81,17 +81,24 @@ impl Connections {
             .map_err(|e| Error::broker(format!("cannot connect to {}", self.shown_url), e))
     }
 
-    /// A free connection, or the next one in turn once it is free.
+    /// A free open connection; else a free slot, where one is opened; else the next slot
+    /// in turn once it is free. So connections are opened only as calls overlap: a broker
+    /// whose calls come one at a time keeps one.
     pub(crate) async fn get(&self) -> Result<Held<'_>> {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let n = self.slots.len();
         let mut slot = None;
+        let mut empty = None;
         for i in 0..n {
             if let Ok(guard) = self.slots[(start + i) % n].try_lock() {
-                slot = Some(guard);
-                break;
+                if guard.is_some() {
+                    slot = Some(guard);
+                    break;
+                }
+                empty.get_or_insert(guard);
             }
         }
+        let slot = slot.or(empty);
         let mut slot = match slot {
             Some(s) => s,
             None => self.slots[start % n].lock().await,

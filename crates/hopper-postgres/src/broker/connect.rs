@@ -15,9 +15,9 @@ use crate::options::PgOptions;
 use crate::sql::Sql;
 use crate::url::BrokerUrl;
 
-/// Claim connections per broker: a worker has one fetch in flight, and a second lets two
-/// workers sharing a broker claim at once.
-const CLAIM_CONNECTIONS: usize = 2;
+/// Claim connections per broker: as many as fetches a worker keeps in flight to cover the
+/// round trip. Opened only as claims overlap (see `Connections::get`).
+const CLAIM_CONNECTIONS: usize = hopper_core::worker::MAX_FETCHES_IN_FLIGHT;
 
 /// How the broker's connections plan: each statement once per connection (a custom plan
 /// per execution cost 0.6–2 ms of server time, as much as running a claim of 100), and

@@ -18,7 +18,10 @@ impl PgBroker {
             return Ok(Vec::new());
         }
         let ids: Vec<i64> = leases.iter().map(|l| l.0).collect();
-        let mut held = self.inner.conns.get().await?;
+        // On a claim connection: a renewal lost in a server crash only shortens a lease,
+        // and fencing already handles a lease that ran out (docs/design.md, "Leases and
+        // fencing"), so it need not wait for the WAL flush either.
+        let mut held = self.inner.claims.get().await?;
         let renewed: Vec<i64> = match sqlx::query_scalar(&self.inner.sql.renew)
             .bind(&ids)
             .bind(ttl.as_millis() as i64)
