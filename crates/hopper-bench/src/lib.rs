@@ -37,12 +37,14 @@
 //! - `idle`: the idle round-trip rows.
 //! - `scratch`: scratch schemas and databases, and the bench's own server connections.
 //! - [`measure`]: this process's CPU time, context switches and peak RSS; percentiles.
+//! - [`proxy`]: a TCP proxy delaying each direction by a fixed time, for the `--rtt` rows.
 
 mod amqp;
 mod idle;
 mod latency;
 pub mod load;
 pub mod measure;
+pub mod proxy;
 mod raw;
 mod rounds;
 mod scratch;
