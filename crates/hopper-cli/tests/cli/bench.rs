@@ -283,3 +283,40 @@ fn bench_runs_postgres_again_through_a_delay_proxy() {
         assert!(err.contains("--rtt"), "{err}");
     }
 }
+
+/// `hopper bench --only amqp --rtt 2` runs the RabbitMQ row through a delay proxy alone:
+/// named by its round trip, every message drained (a lost one fails the run), no rate
+/// against 0 ms where 0 ms was not run, and `basic.qos` measured through the proxy.
+#[test]
+fn bench_runs_rabbitmq_through_a_delay_proxy() {
+    let url = std::env::var("HOPPER_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    let rows = bench_json(&[
+        "--only",
+        "amqp",
+        "--amqp",
+        &url,
+        "--amqp-windows",
+        "10",
+        "--rtt",
+        "2",
+        "--rounds",
+        "1",
+        "--scale",
+        "0.001",
+    ]);
+    assert_eq!(workloads(&rows), ["amqp consume, window 10 @ 2 ms RTT"]);
+    let r = &rows[0];
+    assert_eq!(
+        (r["rtt_ms"].as_f64(), r["jobs"].as_u64()),
+        (Some(2.0), Some(1000)),
+        "{r}"
+    );
+    assert!(r["hopper_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r.get("vs_0ms").is_none(), "{r}");
+    let note = r["note"].as_str().unwrap();
+    assert!(
+        note.contains("through a delay proxy, 1 ms each way, basic.qos measured "),
+        "{note}"
+    );
+}
