@@ -43,7 +43,7 @@ pub(crate) async fn amqp_row(url: &str, jobs: usize, window: u16, rounds: usize)
             &declared,
             jobs,
             50,
-            hopper::worker::DEFAULT_MAX_BATCH,
+            Some(hopper::worker::DEFAULT_MAX_BATCH),
             &format!("amqp consume, window {window}"),
             &["--prefetch", &window_arg, "--queues", &queue, "--prefilled"],
         )

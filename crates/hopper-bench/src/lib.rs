@@ -28,11 +28,12 @@
 //! databases (MySQL) created for the run and dropped afterwards; SQLite in a temporary file.
 //!
 //! # Layout
-//! - `lib.rs`: [`Options`] and [`run`], which rows run in what order; the memory and SQL
-//!   drain rows.
+//! - `lib.rs`: [`Options`] and [`run`], which rows run in what order; the memory and
+//!   SQLite drain rows.
 //! - `table`: one row of the matrix, and the table printed of the rows.
 //! - `rounds`: interleaved rounds, their medians, and the ratio of each round's pair.
 //! - `raw`: the raw baselines of the memory and SQL rows.
+//! - `sql`: the PostgreSQL and MySQL drain rows, each a raw loop beside `hopper load`.
 //! - [`load`]: `hopper load` as the bench drives it: the backlog it drains, its report, a
 //!   run of it in a child process.
 //! - `amqp`: the RabbitMQ rows, plain lapin consumers beside Hopper.
@@ -54,6 +55,7 @@ mod raw;
 mod rounds;
 mod rtt;
 mod scratch;
+mod sql;
 mod table;
 
 use hopper::{Error, Result};
@@ -64,7 +66,8 @@ use crate::latency::{idle_latency, pg_idle_latency};
 use crate::load::{hopper_load, hopper_load_with};
 use crate::raw::{raw_broker_loop, raw_mpsc};
 use crate::rounds::{SQL_ROUNDS, median, median_row, paired_rounds};
-use crate::rtt::{Route, in_scratch, set_vs_0ms};
+use crate::rtt::{Route, set_vs_0ms};
+use crate::sql::SqlDrain;
 use crate::table::{Row, print_table};
 
 /// What `--only` accepts.
@@ -94,8 +97,8 @@ pub struct Options {
     pub amqp_windows: Vec<u16>,
     /// Round trips in milliseconds (`--rtt`) at which the postgres, mysql and amqp rows
     /// run, each from 0 to 1000: 0 reaches the servers directly; any other runs those
-    /// rows again through a delay proxy of half the time each way, with fewer jobs. At
-    /// least one.
+    /// rows again through a delay proxy of half the time each way, with fewer jobs, and
+    /// adds rows of `hopper load` as users run it at every round trip. At least one.
     pub rtt: Vec<f64>,
     /// Interleaved rounds of the memory and RabbitMQ rows, 1 or more, whose medians are
     /// kept; the SQL rows run at most three.
@@ -165,7 +168,7 @@ pub async fn run(options: Options) -> Result<()> {
             raw.push(raw_mpsc(jobs).await);
             for ((max_batch, workload), runs) in workloads.iter().zip(&mut hopper) {
                 let (row, _) =
-                    hopper_load_with("memory://", jobs, 8, *max_batch, workload, &[]).await?;
+                    hopper_load_with("memory://", jobs, 8, Some(*max_batch), workload, &[]).await?;
                 runs.push(row);
             }
         }
@@ -201,10 +204,9 @@ pub async fn run(options: Options) -> Result<()> {
             rows.push(row);
         }
     }
-    // Batch 10 is also `hopper load`'s defaults (concurrency 10, max_batch 50, prefetch
-    // slots: a window of 10, so fetches of 10 at most) and batch 100 concurrency 100 with
-    // max_batch 100: rows of their own would measure the same worker again.
-    // The last figure: round trips of one raw fetch and settle (see `rtt`).
+    // The last figure: round trips of one raw fetch and settle (see `rtt`). In a run at a
+    // distance, `hopper load` as users run it too (`SqlDrain::defaults` and `wide`), at
+    // 0 ms as well, so that each has a rate at 0 ms to be set against.
     for (name, server, base, batches, trips) in [
         (
             "postgres",
@@ -220,9 +222,10 @@ pub async fn run(options: Options) -> Result<()> {
         }
         for &rtt_ms in &options.rtt {
             let route = Route::to(server, rtt_ms, tag_direct).await?;
-            for &batch in batches {
-                let jobs = n(route.jobs(base, batch as f64 / f64::from(trips)));
-                let row = sql_drain(name, server, &route, jobs, batch, sql_rounds).await?;
+            for drain in SqlDrain::rows(name, batches, tag_direct) {
+                let per_round_trip = drain.raw_batch as f64 / f64::from(trips);
+                let jobs = n(route.jobs(base, per_round_trip));
+                let row = drain.run(server, &route, jobs, sql_rounds).await?;
                 rows.push(route.label(row));
             }
         }
@@ -292,34 +295,4 @@ fn finish(mut row: Row) -> Row {
         row.ratio = Some(h / raw);
     }
     row
-}
-
-/// A SQL server's drain at one batch size: the raw loop and then Hopper, each in a scratch
-/// schema or database of its own, reached by `route`.
-async fn sql_drain(
-    name: &str,
-    server: &str,
-    route: &Route,
-    jobs: usize,
-    batch: usize,
-    rounds: usize,
-) -> Result<Row> {
-    let workload = format!("{name} drain, batch {batch}");
-    paired_rounds(
-        rounds,
-        true,
-        async |_| {
-            in_scratch(server, route, async |url| {
-                raw_broker_loop(&url, jobs, batch).await
-            })
-            .await
-        },
-        async |_| {
-            in_scratch(server, route, async |url| {
-                hopper_load(&url, jobs, batch, batch, &workload).await
-            })
-            .await
-        },
-    )
-    .await
 }

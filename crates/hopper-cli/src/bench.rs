@@ -40,7 +40,9 @@ pub struct BenchArgs {
     /// those rows again, named `… @ N ms RTT`, with every connection (the raw baseline's
     /// and Hopper's) through a proxy on 127.0.0.1 that delays each direction by half of it;
     /// their job counts shrink so that a raw drain lasts about 3 s, and `vs 0 ms` sets
-    /// Hopper's rate against the same row at 0 ms.
+    /// Hopper's rate against the same row at 0 ms. Such a run adds, at every round trip,
+    /// PostgreSQL and MySQL rows of `hopper load` as users run it: its defaults
+    /// (concurrency 10), and concurrency 100 with max_batch 100.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     rtt: Vec<f64>,
     /// Interleaved rounds of the memory and RabbitMQ rows, whose medians are kept; the SQL

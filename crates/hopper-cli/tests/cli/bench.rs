@@ -223,10 +223,11 @@ fn bench_latency_sets_postgres_beside_a_raw_listener() {
 }
 
 /// `hopper bench --only postgres --rtt 0,2` runs the PostgreSQL rows as they are, then
-/// again through a delay proxy of 1 ms each way: rows named by their round trip, each
-/// set against its own row at 0 ms, every job drained (a job lost fails the run), and the
-/// round trip measured through the proxy no shorter than the delays. A round trip below 0
-/// or above 1,000 ms is refused by the flag's name.
+/// again through a delay proxy of 1 ms each way, `hopper load`'s defaults and concurrency
+/// 100 at both: rows named by their round trip, each set against its own row at 0 ms,
+/// every job drained (a job lost fails the run), and the round trip measured through the
+/// proxy no shorter than the delays. A round trip below 0 or above 1,000 ms is refused by
+/// the flag's name.
 #[test]
 fn bench_runs_postgres_again_through_a_delay_proxy() {
     let base = std::env::var("HOPPER_TEST_POSTGRES_URL")
@@ -243,23 +244,35 @@ fn bench_runs_postgres_again_through_a_delay_proxy() {
         "--scale",
         "0.001",
     ]);
+    let direct = [
+        "postgres drain, batch 100",
+        "postgres drain, batch 50",
+        "postgres drain, batch 10",
+        "postgres drain, defaults (c=10)",
+        "postgres drain, c=100, max_batch 100",
+    ];
+    let far: Vec<String> = direct.iter().map(|w| format!("{w} @ 2 ms RTT")).collect();
     assert_eq!(
         workloads(&rows),
         [
-            "postgres drain, batch 100",
-            "postgres drain, batch 50",
-            "postgres drain, batch 10",
-            "postgres drain, batch 100 @ 2 ms RTT",
-            "postgres drain, batch 50 @ 2 ms RTT",
-            "postgres drain, batch 10 @ 2 ms RTT",
+            &direct[..],
+            &far.iter().map(String::as_str).collect::<Vec<_>>()
         ]
+        .concat()
     );
-    for r in &rows[..3] {
+    for r in &rows[..5] {
         assert_eq!(r["rtt_ms"], 0.0, "{r}");
         assert!(r.get("vs_0ms").is_none(), "{r}");
         assert!(!r["note"].as_str().unwrap().contains("proxy"), "{r}");
     }
-    for (r, direct) in rows[3..].iter().zip(&rows[..3]) {
+    for (r, raw_batch) in rows[3..5].iter().zip([10, 100]) {
+        let note = r["note"].as_str().unwrap();
+        assert!(
+            note.ends_with(&format!("; raw loop at batch {raw_batch}")),
+            "{r}"
+        );
+    }
+    for (r, direct) in rows[5..].iter().zip(&rows[..5]) {
         assert_eq!(r["rtt_ms"], 2.0, "{r}");
         assert_eq!(r["jobs"], 1000, "{r}");
         assert!(r["raw_per_s"].as_f64().unwrap() > 0.0, "{r}");
