@@ -43,7 +43,7 @@ pub(crate) async fn amqp_row(url: &str, jobs: usize, window: u16, rounds: usize)
             &declared,
             jobs,
             50,
-            hopper::worker::DEFAULT_MAX_BATCH,
+            Some(hopper::worker::DEFAULT_MAX_BATCH),
             &format!("amqp consume, window {window}"),
             &["--prefetch", &window_arg, "--queues", &queue, "--prefilled"],
         )
@@ -164,6 +164,30 @@ async fn raw_lapin(
         cpu_us,
         switches,
     })
+}
+
+/// `n` round trips of `basic.qos` on a channel of a connection of its own, each timed, in
+/// milliseconds.
+pub(crate) async fn round_trips_ms(url: &str, n: usize) -> Result<Vec<f64>> {
+    use lapin::options::BasicQosOptions;
+    let amqp = |what: &'static str| move |e: lapin::Error| Error::broker(what, e);
+    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+        .await
+        .map_err(amqp("connecting to RabbitMQ"))?;
+    let ch = conn
+        .create_channel()
+        .await
+        .map_err(amqp("opening a channel"))?;
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        ch.basic_qos(1, BasicQosOptions::default())
+            .await
+            .map_err(amqp("basic.qos"))?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    let _ = conn.close(200, "done".into()).await;
+    Ok(times)
 }
 
 /// Deletes `queue` and its dead-letter queue, `{queue}.dead`, on a connection of its own.

@@ -21,31 +21,41 @@
 //! - **Idle round trips** (PostgreSQL, MySQL): what a worker waiting on an empty queue asks
 //!   of the server in 10 s, as the server counts it, in a database of its own.
 //!
+//! With round trips above 0 in [`Options::rtt`], the PostgreSQL, MySQL and RabbitMQ rows
+//! run again at each of them, every connection through a [`proxy::DelayProxy`] (see `rtt`).
+//!
 //! SQL workloads run in scratch schemas (PostgreSQL; databases for the idle rows) or
 //! databases (MySQL) created for the run and dropped afterwards; SQLite in a temporary file.
 //!
 //! # Layout
-//! - `lib.rs`: [`Options`] and [`run`], which rows run in what order; the memory and SQL
-//!   drain rows.
+//! - `lib.rs`: [`Options`] and [`run`], which rows run in what order; the memory and
+//!   SQLite drain rows.
 //! - `table`: one row of the matrix, and the table printed of the rows.
 //! - `rounds`: interleaved rounds, their medians, and the ratio of each round's pair.
 //! - `raw`: the raw baselines of the memory and SQL rows.
+//! - `sql`: the PostgreSQL and MySQL drain rows, each a raw loop beside `hopper load`.
 //! - [`load`]: `hopper load` as the bench drives it: the backlog it drains, its report, a
 //!   run of it in a child process.
 //! - `amqp`: the RabbitMQ rows, plain lapin consumers beside Hopper.
 //! - `latency`: the idle latency rows, PostgreSQL's beside a raw listener.
 //! - `idle`: the idle round-trip rows.
+//! - `rtt`: the rows at a distance: a proxy per server and round trip, their job counts,
+//!   labels, and rates against 0 ms.
 //! - `scratch`: scratch schemas and databases, and the bench's own server connections.
 //! - [`measure`]: this process's CPU time, context switches and peak RSS; percentiles.
+//! - [`proxy`]: a TCP proxy delaying each direction by a fixed time, for the `--rtt` rows.
 
 mod amqp;
 mod idle;
 mod latency;
 pub mod load;
 pub mod measure;
+pub mod proxy;
 mod raw;
 mod rounds;
+mod rtt;
 mod scratch;
+mod sql;
 mod table;
 
 use hopper::{Error, Result};
@@ -56,7 +66,8 @@ use crate::latency::{idle_latency, pg_idle_latency};
 use crate::load::{hopper_load, hopper_load_with};
 use crate::raw::{raw_broker_loop, raw_mpsc};
 use crate::rounds::{SQL_ROUNDS, median, median_row, paired_rounds};
-use crate::scratch::Scratch;
+use crate::rtt::{Route, set_vs_0ms};
+use crate::sql::SqlDrain;
 use crate::table::{Row, print_table};
 
 /// What `--only` accepts.
@@ -84,6 +95,11 @@ pub struct Options {
     /// The RabbitMQ windows to run with `amqp`, each 1 or more. Windows 1 and 10 drain
     /// 20,000 and 50,000 messages, any other 100,000 (before `scale`).
     pub amqp_windows: Vec<u16>,
+    /// Round trips in milliseconds (`--rtt`) at which the postgres, mysql and amqp rows
+    /// run, each from 0 to 1000: 0 reaches the servers directly; any other runs those
+    /// rows again through a delay proxy of half the time each way, with fewer jobs, and
+    /// adds rows of `hopper load` as users run it at every round trip. At least one.
+    pub rtt: Vec<f64>,
     /// Interleaved rounds of the memory and RabbitMQ rows, 1 or more, whose medians are
     /// kept; the SQL rows run at most three.
     pub rounds: u16,
@@ -116,6 +132,17 @@ pub async fn run(options: Options) -> Result<()> {
             hopper::ConfigError::new("--scale", options.scale, "above 0, at most 10").into(),
         );
     }
+    if options.rtt.is_empty() || !options.rtt.iter().all(|ms| (0.0..=1000.0).contains(ms)) {
+        let given: Vec<String> = options.rtt.iter().map(f64::to_string).collect();
+        return Err(hopper::ConfigError::new(
+            "--rtt",
+            given.join(","),
+            "from 0 to 1000, one or more",
+        )
+        .into());
+    }
+    // Rows at 0 ms carry `rtt_ms` only when there is a distance to set them against.
+    let tag_direct = options.rtt.iter().any(|&ms| ms > 0.0);
     let wants = |w: &str| options.only.iter().any(|o| o == w);
     let n = |jobs: usize| ((jobs as f64 * options.scale) as usize).max(1000);
     let rounds = usize::from(options.rounds);
@@ -141,7 +168,7 @@ pub async fn run(options: Options) -> Result<()> {
             raw.push(raw_mpsc(jobs).await);
             for ((max_batch, workload), runs) in workloads.iter().zip(&mut hopper) {
                 let (row, _) =
-                    hopper_load_with("memory://", jobs, 8, *max_batch, workload, &[]).await?;
+                    hopper_load_with("memory://", jobs, 8, Some(*max_batch), workload, &[]).await?;
                 runs.push(row);
             }
         }
@@ -177,18 +204,29 @@ pub async fn run(options: Options) -> Result<()> {
             rows.push(row);
         }
     }
-    for (name, server, jobs, batches) in [
+    // The last figure: round trips of one raw fetch and settle (see `rtt`). In a run at a
+    // distance, `hopper load` as users run it too (`SqlDrain::defaults` and `wide`), at
+    // 0 ms as well, so that each has a rate at 0 ms to be set against.
+    for (name, server, base, batches, trips) in [
         (
             "postgres",
             &options.postgres,
-            n(100_000),
+            100_000,
             &[100, 50, 10][..],
+            3,
         ),
-        ("mysql", &options.mysql, n(50_000), &[100, 10][..]),
+        ("mysql", &options.mysql, 50_000, &[100, 10][..], 8),
     ] {
-        if wants(name) {
-            for &batch in batches {
-                rows.push(sql_drain(name, server, jobs, batch, sql_rounds).await?);
+        if !wants(name) {
+            continue;
+        }
+        for &rtt_ms in &options.rtt {
+            let route = Route::to(server, rtt_ms, tag_direct).await?;
+            for drain in SqlDrain::rows(name, batches, tag_direct) {
+                let per_round_trip = drain.raw_batch as f64 / f64::from(trips);
+                let jobs = n(route.jobs(base, per_round_trip));
+                let row = drain.run(server, &route, jobs, sql_rounds).await?;
+                rows.push(route.label(row));
             }
         }
     }
@@ -197,13 +235,20 @@ pub async fn run(options: Options) -> Result<()> {
         // than falling in one. At windows 100 and 1000 the raw rounds of 20,000 messages
         // (drains of about half a second) ran at 28–85k msgs/s, four of 22 above 63k;
         // those of 100,000 (about three seconds) at 31–43k, 14 rounds (1 December).
-        for &window in &options.amqp_windows {
-            let jobs = match window {
-                1 => 20_000,
-                10 => 50_000,
-                _ => 100_000,
-            };
-            rows.push(amqp_row(&options.amqp, n(jobs), window, rounds).await?);
+        for &rtt_ms in &options.rtt {
+            let route = Route::to(&options.amqp, rtt_ms, tag_direct).await?;
+            let url = route.url(&options.amqp)?;
+            for &window in &options.amqp_windows {
+                let base = match window {
+                    1 => 20_000,
+                    10 => 50_000,
+                    _ => 100_000,
+                };
+                // A window of deliveries is in flight each round trip.
+                let jobs = n(route.jobs(base, f64::from(window)));
+                let row = amqp_row(&url, jobs, window, rounds).await?;
+                rows.push(route.label(row));
+            }
         }
     }
     if wants("latency") {
@@ -231,6 +276,7 @@ pub async fn run(options: Options) -> Result<()> {
         rows.push(row);
     }
     let _ = std::fs::remove_dir_all(&dir);
+    set_vs_0ms(&mut rows);
 
     if options.json {
         println!(
@@ -249,28 +295,4 @@ fn finish(mut row: Row) -> Row {
         row.ratio = Some(h / raw);
     }
     row
-}
-
-/// A SQL server's drain at one batch size: the raw loop and then Hopper, each in a scratch
-/// schema or database of its own.
-async fn sql_drain(
-    name: &str,
-    server: &str,
-    jobs: usize,
-    batch: usize,
-    rounds: usize,
-) -> Result<Row> {
-    let workload = format!("{name} drain, batch {batch}");
-    paired_rounds(
-        rounds,
-        true,
-        async |_| Scratch::run(server, async |s| raw_broker_loop(&s.url, jobs, batch).await).await,
-        async |_| {
-            Scratch::run(server, async |s| {
-                hopper_load(&s.url, jobs, batch, batch, &workload).await
-            })
-            .await
-        },
-    )
-    .await
 }

@@ -111,19 +111,20 @@ pub(crate) async fn hopper_load(
         url,
         jobs,
         concurrency,
-        max_batch,
+        Some(max_batch),
         workload,
         &["--prefetch", "slots"],
     )
     .await
 }
 
-/// [`hopper_load`] with other `hopper load` arguments in place of `--prefetch slots`.
+/// [`hopper_load`] with other `hopper load` arguments in place of `--prefetch slots`, and
+/// `--max-batch` only when `max_batch` is given.
 pub(crate) async fn hopper_load_with(
     url: &str,
     jobs: usize,
     concurrency: usize,
-    max_batch: usize,
+    max_batch: Option<usize>,
     workload: &str,
     extra: &[&str],
 ) -> Result<(Row, f64)> {
@@ -134,7 +135,11 @@ pub(crate) async fn hopper_load_with(
         .args(extra)
         .args(["--jobs", &jobs.to_string()])
         .args(["--concurrency", &concurrency.to_string()])
-        .args(["--max-batch", &max_batch.to_string()])
+        .args(
+            max_batch
+                .iter()
+                .flat_map(|n| ["--max-batch".to_owned(), n.to_string()]),
+        )
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| Error::broker_msg(format!("running `hopper load`: {e}")))?;

@@ -116,6 +116,8 @@ mod tests {
             raw_per_s: None,
             hopper_per_s: Some(rate),
             ratio: None,
+            rtt_ms: None,
+            vs_0ms: None,
             p50_ms: Some(p50),
             p99_ms: None,
             fetches_per_1k: None,

@@ -115,6 +115,20 @@ impl AdminConn {
         }
     }
 
+    /// `n` round trips of `SELECT 1`, each timed, in milliseconds.
+    pub(crate) async fn round_trips_ms(
+        &mut self,
+        n: usize,
+    ) -> std::result::Result<Vec<f64>, sqlx::Error> {
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n {
+            let started = std::time::Instant::now();
+            self.execute("SELECT 1").await?;
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        Ok(times)
+    }
+
     /// The server's count (PostgreSQL: the transactions of `database`; MySQL: the
     /// statements of `user`, or every statement without one) and the connections open to
     /// `database`.

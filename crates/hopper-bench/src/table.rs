@@ -15,6 +15,13 @@ pub(crate) struct Row {
     pub(crate) hopper_per_s: Option<f64>,
     /// Hopper's rate over the raw baseline's.
     pub(crate) ratio: Option<f64>,
+    /// The round trip the row was measured at, in milliseconds, through a delay proxy
+    /// above 0 (`--rtt`); only on the rows `--rtt` applies to, in a run at a distance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rtt_ms: Option<f64>,
+    /// Hopper's rate over that of the same workload at 0 ms in the same run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) vs_0ms: Option<f64>,
     /// Median latency, in milliseconds.
     pub(crate) p50_ms: Option<f64>,
     /// 99th percentile latency, in milliseconds.
@@ -36,18 +43,30 @@ pub(crate) struct Row {
     pub(crate) note: String,
 }
 
-/// Prints `rows` on stdout as one Markdown table.
+/// Prints `rows` on stdout as one Markdown table; with a `vs 0 ms` column after the
+/// ratio when a row was measured at a round trip (`--rtt`).
 pub(crate) fn print_table(rows: &[Row]) {
     let num =
         |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     let rate = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.0}", v.round()));
+    let far = rows.iter().any(|r| r.rtt_ms.is_some());
+    let (vs_head, vs_rule) = if far {
+        (" vs 0 ms |", "--:|")
+    } else {
+        ("", "")
+    };
     println!(
-        "| workload | jobs | raw jobs/s | Hopper jobs/s | ratio | p50 ms | p99 ms | fetches/1k | settles/1k | peak RSS MiB | note |"
+        "| workload | jobs | raw jobs/s | Hopper jobs/s | ratio |{vs_head} p50 ms | p99 ms | fetches/1k | settles/1k | peak RSS MiB | note |"
     );
-    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|");
+    println!("|---|--:|--:|--:|--:|{vs_rule}--:|--:|--:|--:|--:|---|");
     for r in rows {
+        let vs = if far {
+            format!(" {} |", num(r.vs_0ms, 2))
+        } else {
+            String::new()
+        };
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |{vs} {} | {} | {} | {} | {} | {} |",
             r.workload,
             r.jobs,
             rate(r.raw_per_s),

@@ -35,6 +35,16 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000",
           value_parser = clap::value_parser!(u16).range(1..))]
     amqp_windows: Vec<u16>,
+    /// Round trips to measure the postgres, mysql and amqp rows at, in milliseconds,
+    /// comma-separated (e.g. `0,1,5`). 0 reaches the servers as they are. Each other runs
+    /// those rows again, named `… @ N ms RTT`, with every connection (the raw baseline's
+    /// and Hopper's) through a proxy on 127.0.0.1 that delays each direction by half of it;
+    /// their job counts shrink so that a raw drain lasts about 3 s, and `vs 0 ms` sets
+    /// Hopper's rate against the same row at 0 ms. Such a run adds, at every round trip,
+    /// PostgreSQL and MySQL rows of `hopper load` as users run it: its defaults
+    /// (concurrency 10), and concurrency 100 with max_batch 100.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    rtt: Vec<f64>,
     /// Interleaved rounds of the memory and RabbitMQ rows, whose medians are kept; the SQL
     /// rows run at most three. Nine by default: at windows 100 and 1000 one round's ratio
     /// moves by ±5% with the server, which a median of five does not narrow enough to tell
@@ -55,6 +65,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         amqp,
         scale,
         amqp_windows,
+        rtt,
         rounds,
         json,
     } = args;
@@ -65,6 +76,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode> {
         amqp,
         scale,
         amqp_windows,
+        rtt,
         rounds,
         json,
     })

@@ -221,3 +221,115 @@ fn bench_latency_sets_postgres_beside_a_raw_listener() {
     );
     assert!(p50 - notified >= 0.01, "a claim within 10 µs: {note}");
 }
+
+/// `hopper bench --only postgres --rtt 0,2` runs the PostgreSQL rows as they are, then
+/// again through a delay proxy of 1 ms each way, `hopper load`'s defaults and concurrency
+/// 100 at both: rows named by their round trip, each set against its own row at 0 ms,
+/// every job drained (a job lost fails the run), and the round trip measured through the
+/// proxy no shorter than the delays. A round trip below 0 or above 1,000 ms is refused by
+/// the flag's name.
+#[test]
+fn bench_runs_postgres_again_through_a_delay_proxy() {
+    let base = std::env::var("HOPPER_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let rows = bench_json(&[
+        "--only",
+        "postgres",
+        "--postgres",
+        &base,
+        "--rtt",
+        "0,2",
+        "--rounds",
+        "1",
+        "--scale",
+        "0.001",
+    ]);
+    let direct = [
+        "postgres drain, batch 100",
+        "postgres drain, batch 50",
+        "postgres drain, batch 10",
+        "postgres drain, defaults (c=10)",
+        "postgres drain, c=100, max_batch 100",
+    ];
+    let far: Vec<String> = direct.iter().map(|w| format!("{w} @ 2 ms RTT")).collect();
+    assert_eq!(
+        workloads(&rows),
+        [
+            &direct[..],
+            &far.iter().map(String::as_str).collect::<Vec<_>>()
+        ]
+        .concat()
+    );
+    for r in &rows[..5] {
+        assert_eq!(r["rtt_ms"], 0.0, "{r}");
+        assert!(r.get("vs_0ms").is_none(), "{r}");
+        assert!(!r["note"].as_str().unwrap().contains("proxy"), "{r}");
+    }
+    for (r, raw_batch) in rows[3..5].iter().zip([10, 100]) {
+        let note = r["note"].as_str().unwrap();
+        assert!(
+            note.ends_with(&format!("; raw loop at batch {raw_batch}")),
+            "{r}"
+        );
+    }
+    for (r, direct) in rows[5..].iter().zip(&rows[..5]) {
+        assert_eq!(r["rtt_ms"], 2.0, "{r}");
+        assert_eq!(r["jobs"], 1000, "{r}");
+        assert!(r["raw_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        let vs = r["vs_0ms"].as_f64().expect("a rate against 0 ms");
+        let rates = r["hopper_per_s"].as_f64().unwrap() / direct["hopper_per_s"].as_f64().unwrap();
+        assert!((vs - rates).abs() < 1e-9, "{r}");
+        let note = r["note"].as_str().unwrap();
+        let at = note
+            .find("through a delay proxy, 1 ms each way, SELECT 1 measured ")
+            .unwrap_or_else(|| panic!("the proxy in {note}"));
+        let measured: f64 = note[at..]
+            .rsplit(' ')
+            .nth(1)
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("a round trip in {note}"));
+        assert!(measured >= 2.0, "{note}");
+    }
+
+    for rtt in ["--rtt=-1", "--rtt=0,1001"] {
+        let err = refused(&["bench", "--only", "postgres", rtt]);
+        assert!(err.contains("--rtt"), "{err}");
+    }
+}
+
+/// `hopper bench --only amqp --rtt 2` runs the RabbitMQ row through a delay proxy alone:
+/// named by its round trip, every message drained (a lost one fails the run), no rate
+/// against 0 ms where 0 ms was not run, and `basic.qos` measured through the proxy.
+#[test]
+fn bench_runs_rabbitmq_through_a_delay_proxy() {
+    let url = std::env::var("HOPPER_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    let rows = bench_json(&[
+        "--only",
+        "amqp",
+        "--amqp",
+        &url,
+        "--amqp-windows",
+        "10",
+        "--rtt",
+        "2",
+        "--rounds",
+        "1",
+        "--scale",
+        "0.001",
+    ]);
+    assert_eq!(workloads(&rows), ["amqp consume, window 10 @ 2 ms RTT"]);
+    let r = &rows[0];
+    assert_eq!(
+        (r["rtt_ms"].as_f64(), r["jobs"].as_u64()),
+        (Some(2.0), Some(1000)),
+        "{r}"
+    );
+    assert!(r["hopper_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r.get("vs_0ms").is_none(), "{r}");
+    let note = r["note"].as_str().unwrap();
+    assert!(
+        note.contains("through a delay proxy, 1 ms each way, basic.qos measured "),
+        "{note}"
+    );
+}

@@ -1,0 +1,143 @@
+//! The PostgreSQL and MySQL drain rows: the raw broker loop beside `hopper load`, each
+//! round in scratch schemas or databases of its own, reached directly or through a delay
+//! proxy (see `rtt`).
+
+use hopper::Result;
+
+use crate::load::hopper_load_with;
+use crate::raw::raw_broker_loop;
+use crate::rounds::paired_rounds;
+use crate::rtt::{Route, in_scratch};
+use crate::table::Row;
+
+/// One SQL row: what the raw loop fetches at a time, and how `hopper load` is run beside
+/// it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SqlDrain {
+    /// The row's name in the table.
+    pub(crate) workload: String,
+    /// The raw loop's batch.
+    pub(crate) raw_batch: usize,
+    /// `hopper load --concurrency`.
+    concurrency: usize,
+    /// `hopper load --max-batch`, or none: its default.
+    max_batch: Option<usize>,
+    /// `hopper load --prefetch slots`, or none: the broker's default window.
+    slots: bool,
+}
+
+impl SqlDrain {
+    /// The bench's usual row: concurrency and `max_batch` equal to the raw loop's batch,
+    /// the window the slots (`--prefetch slots`).
+    pub(crate) fn at_batch(server: &str, batch: usize) -> Self {
+        SqlDrain {
+            workload: format!("{server} drain, batch {batch}"),
+            raw_batch: batch,
+            concurrency: batch,
+            max_batch: Some(batch),
+            slots: true,
+        }
+    }
+
+    /// `hopper load` as users run it: concurrency 10 (its default) and nothing else, so
+    /// `max_batch` and the window are the library's defaults; beside the raw loop at a
+    /// batch of 10, one job per slot.
+    pub(crate) fn defaults(server: &str) -> Self {
+        SqlDrain {
+            workload: format!("{server} drain, defaults (c=10)"),
+            raw_batch: 10,
+            concurrency: 10,
+            max_batch: None,
+            slots: false,
+        }
+    }
+
+    /// Concurrency 100 with `max_batch` 100 and the default window, beside the raw loop
+    /// at a batch of 100.
+    pub(crate) fn wide(server: &str) -> Self {
+        SqlDrain {
+            workload: format!("{server} drain, c=100, max_batch 100"),
+            raw_batch: 100,
+            concurrency: 100,
+            max_batch: Some(100),
+            slots: false,
+        }
+    }
+
+    /// The rows of `server` (`postgres`, `mysql`): one at each of `batches`, and, with
+    /// `as_users_run`, [`defaults`](Self::defaults) and [`wide`](Self::wide).
+    pub(crate) fn rows(server: &str, batches: &[usize], as_users_run: bool) -> Vec<Self> {
+        let mut rows: Vec<Self> = batches.iter().map(|&b| Self::at_batch(server, b)).collect();
+        if as_users_run {
+            rows.extend([Self::defaults(server), Self::wide(server)]);
+        }
+        rows
+    }
+
+    /// Runs the row on `server` through `route`: `rounds` interleaved rounds of the raw
+    /// loop and `hopper load`, each draining `jobs` in a scratch schema or database of its
+    /// own.
+    pub(crate) async fn run(
+        &self,
+        server: &str,
+        route: &Route,
+        jobs: usize,
+        rounds: usize,
+    ) -> Result<Row> {
+        let extra: &[&str] = if self.slots {
+            &["--prefetch", "slots"]
+        } else {
+            &[]
+        };
+        let mut row = paired_rounds(
+            rounds,
+            true,
+            async |_| {
+                in_scratch(server, route, async |url| {
+                    raw_broker_loop(&url, jobs, self.raw_batch).await
+                })
+                .await
+            },
+            async |_| {
+                in_scratch(server, route, async |url| {
+                    let (c, max_batch) = (self.concurrency, self.max_batch);
+                    hopper_load_with(&url, jobs, c, max_batch, &self.workload, extra).await
+                })
+                .await
+            },
+        )
+        .await?;
+        if !self.slots {
+            row.note = format!("{}; raw loop at batch {}", row.note, self.raw_batch);
+        }
+        Ok(row)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The usual rows come first, in the order asked; the rows as users run them only
+    /// when asked, after them.
+    #[test]
+    fn rows_as_users_run_them_follow_the_batches() {
+        let names =
+            |rows: Vec<SqlDrain>| -> Vec<String> { rows.into_iter().map(|r| r.workload).collect() };
+        assert_eq!(
+            names(SqlDrain::rows("mysql", &[100, 10], false)),
+            ["mysql drain, batch 100", "mysql drain, batch 10"]
+        );
+        assert_eq!(
+            names(SqlDrain::rows("postgres", &[10], true)),
+            [
+                "postgres drain, batch 10",
+                "postgres drain, defaults (c=10)",
+                "postgres drain, c=100, max_batch 100"
+            ]
+        );
+        let defaults = SqlDrain::defaults("postgres");
+        assert_eq!((defaults.max_batch, defaults.slots), (None, false));
+        assert_eq!(SqlDrain::wide("postgres").raw_batch, 100);
+    }
+}
