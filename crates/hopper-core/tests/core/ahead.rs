@@ -4,10 +4,16 @@
 //! keep one fetch at a time. On tokio's paused clock, so the times asserted are exact.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use hopper_core::worker::MAX_FETCHES_IN_FLIGHT;
-use hopper_core::{Broker, JobContext, NewJob, Prefetch, QueueOptions, Worker, WorkerStats};
+use hopper_core::{
+    Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched, JobContext,
+    JobId, JobRecord, LeaseId, MemoryBroker, NewJob, Prefetch, QueueCounts, QueueOptions, Result,
+    SettleReport, Settlement, Worker, WorkerStats,
+};
 use tokio::time::Instant;
 
 use super::support::{Remote, wait_for};
@@ -121,4 +127,94 @@ async fn a_wake_for_one_job_sends_one_fetch() {
         (1, 0),
         "non-empty / empty fetches for the one job"
     );
+}
+
+/// A broker that claims at once and answers each fetch after a delay of its own, so that
+/// answers can come back in another order than their claims ran.
+#[derive(Debug)]
+struct LateAnswers {
+    inner: MemoryBroker,
+    calls: AtomicUsize,
+    /// The answer delay of each fetch by its number; [`RTT`] past the end.
+    delays: Vec<Duration>,
+}
+
+#[async_trait]
+impl Broker for LateAnswers {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities().without_in_process().named("late")
+    }
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+        self.inner.enqueue_checked(jobs).await
+    }
+    async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        let fetched = self.inner.fetch(request).await;
+        tokio::time::sleep(self.delays.get(call).copied().unwrap_or(RTT)).await;
+        fetched
+    }
+    async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+        self.inner.settle(settlements).await
+    }
+    async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
+        self.inner.renew(leases, ttl).await
+    }
+    async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        self.inner.cancel(id).await
+    }
+    async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        self.inner.job(id).await
+    }
+    async fn counts(&self, queue: &str) -> Result<QueueCounts> {
+        self.inner.counts(queue).await
+    }
+    async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
+        self.inner.dead_letters(queue, limit).await
+    }
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        self.inner.purge(queue).await
+    }
+    fn wake_signal(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.wake_signal()
+    }
+}
+
+/// Only a queue's latest fetch can show it drained. Here the second fetch claims the last
+/// 10 jobs of the first backlog and answers only after 30 ms; meanwhile 1,000 jobs arrive,
+/// and later fetches (whose sends took the wake-up) claim them 50 at a time. The second
+/// fetch's short answer, arriving in the middle of that, must not stop the queue until
+/// the 1 s poll: the 1,010 jobs end within a few hundred milliseconds.
+#[tokio::test(start_paused = true)]
+async fn a_late_short_answer_does_not_stall_the_queue() {
+    let mut delays = vec![RTT; 2];
+    delays[1] = Duration::from_millis(30);
+    let broker: Arc<dyn Broker> = Arc::new(LateAnswers {
+        inner: MemoryBroker::with_clock(Clock::tokio()),
+        calls: AtomicUsize::new(0),
+        delays,
+    });
+    let jobs = (0..20u64).map(|i| NewJob::json("q", &i).unwrap()).collect();
+    broker.enqueue(jobs).await.unwrap();
+    let started = Instant::now();
+    let worker = Worker::builder(broker.clone())
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(10),
+            |_job: JobContext<u64>| async {
+                tokio::time::sleep(WORK).await;
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(8)).await;
+    let more = (20..1_020u64)
+        .map(|i| NewJob::json("q", &i).unwrap())
+        .collect();
+    broker.enqueue(more).await.unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 1_020).await;
+    let took = started.elapsed();
+    worker.shutdown().await;
+    assert!(stats.peak_fetches_in_flight >= 2);
+    assert!(took < Duration::from_millis(400), "drained in {took:?}");
 }

@@ -24,6 +24,13 @@ use crate::worker::{IN_PROCESS_HANDOFFS, MAX_FETCHES_IN_FLIGHT};
 /// What one fetch asked for: (queue index, jobs) per queue.
 pub(super) type Asked = Vec<(usize, usize)>;
 
+/// When a fetch was sent, and its place among the worker's fetches.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sent {
+    pub(super) at: Instant,
+    pub(super) seq: u64,
+}
+
 /// How a broker gives out its jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -63,7 +70,9 @@ pub(super) struct Intake {
     pub(super) retry_at: Option<Instant>,
     backoff: Duration,
     /// A fetch that completed as it was sent (in process, or pushed), not yet taken in.
-    pub(super) fetched_now: Option<(Result<Fetched>, Asked, Instant)>,
+    pub(super) fetched_now: Option<(Result<Fetched>, Asked, Sent)>,
+    /// The number the next fetch is sent under.
+    next_seq: u64,
     /// The broker's wake-up signal, watched while a queue is drained.
     pub(super) wake: Option<watch::Receiver<u64>>,
     /// When to fetch again for drained queues without a wake-up.
@@ -80,6 +89,7 @@ impl Intake {
             mode,
             in_flight: 0,
             peak_in_flight: 0,
+            next_seq: 0,
             rtt: None,
             retry_at: None,
             backoff: FIRST_BACKOFF,
@@ -249,9 +259,9 @@ impl Intake {
 
     /// A fetch sent at `sent` came back: times its round trip, and on failure sets when to
     /// try again.
-    fn answered<T>(&mut self, result: Result<T>, sent: Instant) -> Option<T> {
+    fn answered<T>(&mut self, result: Result<T>, sent: Sent) -> Option<T> {
         self.in_flight -= 1;
-        let rtt = sent.elapsed();
+        let rtt = sent.at.elapsed();
         self.rtt = Some(match self.rtt {
             None => rtt,
             Some(avg) => avg.mul_f64(0.7) + rtt.mul_f64(0.3),
@@ -339,8 +349,14 @@ impl EventLoop {
         if asked.is_empty() {
             return false;
         }
+        let sent = Sent {
+            at: now,
+            seq: self.intake.next_seq,
+        };
+        self.intake.next_seq += 1;
         for &(i, n) in &asked {
             self.queues[i].asked += n;
+            self.queues[i].last_sent = sent.seq;
         }
         if let Some(w) = self.intake.wake.as_mut() {
             // Anything enqueued from here on wakes a queue this fetch may find drained.
@@ -368,7 +384,7 @@ impl EventLoop {
             // window, the server would wait on the acknowledgements that follow).
             let mut cx = Context::from_waker(Waker::noop());
             if let Poll::Ready(result) = fetch.as_mut().poll(&mut cx) {
-                self.intake.fetched_now = Some((result, asked, now));
+                self.intake.fetched_now = Some((result, asked, sent));
                 return true;
             }
         }
@@ -378,7 +394,7 @@ impl EventLoop {
             let _ = events.send(Event::Fetched {
                 result,
                 asked,
-                sent: now,
+                sent,
             });
         });
         true
@@ -389,7 +405,7 @@ impl EventLoop {
         &mut self,
         result: Result<Fetched>,
         asked: Asked,
-        sent: Instant,
+        sent: Sent,
         st: &mut WorkerStats,
     ) {
         for &(qi, n) in &asked {
@@ -426,7 +442,11 @@ impl EventLoop {
                 sizer.fetched(n, got[qi]);
             }
             q.full = got[qi] == n;
-            if got[qi] < n {
+            // Only the queue's latest fetch can show it drained: an earlier one may have
+            // claimed before jobs came whose wake-up a later send took, and answers may
+            // come back in any order. Until the latest answers, no fetch goes beside it
+            // (`full` is false).
+            if got[qi] < n && q.last_sent == sent.seq {
                 q.drained = true;
             }
         }

@@ -71,8 +71,8 @@ pub(crate) enum Event {
     Fetched {
         result: Result<Fetched>,
         asked: Asked,
-        /// When the fetch was sent, to time its round trip.
-        sent: Instant,
+        /// When the fetch was sent, to time its round trip, and its number.
+        sent: intake::Sent,
     },
     TaskDone(TaskReport),
     Settled {

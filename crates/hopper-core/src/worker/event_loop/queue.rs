@@ -45,6 +45,8 @@ pub(super) struct QueueState {
     /// The last fetch answered for this queue brought all it asked: there is a backlog,
     /// and a queue that fetches ahead may send a fetch beside one in flight.
     pub(super) full: bool,
+    /// The number of the latest fetch sent for this queue.
+    pub(super) last_sent: u64,
 }
 
 impl QueueState {
@@ -67,6 +69,7 @@ impl QueueState {
             settling: 0,
             asked: 0,
             full: false,
+            last_sent: 0,
         }
     }
 
