@@ -114,17 +114,23 @@ pub async fn dead_worker_jobs_run_after_the_lease(broker: Arc<dyn Broker>, conne
 }
 
 /// Two worker runtimes, each on a broker of its own, drain `jobs` jobs: none lost, none run
-/// twice, both take part.
+/// twice, both take part. A worker's first jobs wait until the other has started one too,
+/// so that a worker fast enough to drain the backlog before the other starts cannot make
+/// the case pass or fail by timing: it passes only if neither holds back the other.
 pub async fn two_runtimes_drain_once_each(broker: Arc<dyn Broker>, connect: Connect, jobs: usize) {
     enqueue(&broker, jobs).await;
     let runs = Arc::new(Mutex::new(vec![0u8; jobs]));
     let handled = Arc::new(AtomicUsize::new(0));
+    // Workers that have started a job.
+    let joined = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::new();
     for _ in 0..2 {
         let (connect, seen, handled) = (connect.clone(), runs.clone(), handled.clone());
+        let joined = joined.clone();
         threads.push(std::thread::spawn(move || {
             own_runtime(async move {
                 let counter = handled.clone();
+                let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
                 let worker = Worker::builder(connect().await)
                     .queue(
                         "q",
@@ -132,7 +138,16 @@ pub async fn two_runtimes_drain_once_each(broker: Arc<dyn Broker>, connect: Conn
                         move |job: JobContext<u64>| {
                             seen.lock().unwrap()[job.payload as usize] += 1;
                             counter.fetch_add(1, Ordering::Relaxed);
-                            async { Ok(()) }
+                            if first.swap(false, Ordering::Relaxed) {
+                                joined.fetch_add(1, Ordering::Relaxed);
+                            }
+                            let joined = joined.clone();
+                            async move {
+                                while joined.load(Ordering::Relaxed) < 2 {
+                                    tokio::time::sleep(Duration::from_millis(1)).await;
+                                }
+                                Ok(())
+                            }
                         },
                     )
                     .start()
