@@ -62,8 +62,6 @@ pub(super) struct Intake {
     pub(super) mode: Mode,
     /// Fetches sent and not answered.
     pub(super) in_flight: usize,
-    /// The most fetches that were ever in flight at once.
-    pub(super) peak_in_flight: usize,
     /// Fetch round trips, as a moving average in which the newest weighs 30%: how long a
     /// top-up is held back at most, and how far ahead a pulled queue fetches.
     rtt: Option<Duration>,
@@ -88,7 +86,6 @@ impl Intake {
         Intake {
             mode,
             in_flight: 0,
-            peak_in_flight: 0,
             next_seq: 0,
             rtt: None,
             retry_at: None,
@@ -299,8 +296,9 @@ impl EventLoop {
 
     /// Sends the fetches the queues want: one, or on a pulled broker as many as keep the
     /// round trip covered, up to [`MAX_FETCHES_IN_FLIGHT`].
-    pub(super) fn maybe_fetch(&mut self, now: Instant) {
+    pub(super) fn maybe_fetch(&mut self, now: Instant, st: &mut WorkerStats) {
         while self.send_fetch(now) && self.intake.mode == Mode::Pulled {}
+        st.peak_fetches_in_flight = st.peak_fetches_in_flight.max(self.intake.in_flight);
     }
 
     /// Sends one fetch if any queue wants jobs; whether it did.
@@ -373,7 +371,6 @@ impl EventLoop {
             lease_ttl: self.cfg.lease_ttl,
         };
         self.intake.in_flight += 1;
-        self.intake.peak_in_flight = self.intake.peak_in_flight.max(self.intake.in_flight);
         let broker = self.broker.clone();
         let mut fetch = Box::pin(async move { broker.fetch(request).await });
         if self.intake.mode != Mode::Pulled {
@@ -411,7 +408,6 @@ impl EventLoop {
         for &(qi, n) in &asked {
             self.queues[qi].asked -= n;
         }
-        st.peak_fetches_in_flight = st.peak_fetches_in_flight.max(self.intake.peak_in_flight);
         let Some(fetched) = self.intake.answered(result, sent) else {
             return;
         };

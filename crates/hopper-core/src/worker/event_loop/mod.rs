@@ -328,7 +328,7 @@ impl EventLoop {
         self.check_grace(now, st);
         self.dispatch(now, st);
         self.maybe_subscribe(st);
-        self.maybe_fetch(now);
+        self.maybe_fetch(now, st);
         if let Some((result, asked, sent)) = self.intake.fetched_now.take() {
             self.fetched(result, asked, sent, st);
             self.step_again = true;
