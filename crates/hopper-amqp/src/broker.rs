@@ -21,10 +21,9 @@ mod settle;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use hopper_core::job::to_millis;
 use hopper_core::{
     Broker, CancelOutcome, Capabilities, CheckedJobs, ConfigError, Error, FetchRequest, Fetched,
     JobId, JobRecord, LeaseId, QueueCounts, Result, SettleReport, Settlement,
@@ -88,10 +87,6 @@ impl Inner {
             .find(|s| s.state().generation == generation)
             .cloned()
     }
-}
-
-fn now_ms() -> i64 {
-    to_millis(SystemTime::now())
 }
 
 impl AmqpBroker {
@@ -161,7 +156,7 @@ impl Broker for AmqpBroker {
                 .ensure_queue(&self.inner.link, q)
                 .await?;
         }
-        let now = now_ms();
+        let now = wire::now_ms();
         let mut ids = Vec::with_capacity(jobs.len());
         let mut out = Vec::with_capacity(jobs.len());
         // Each message's queue and retry bucket, to declare them again if they were deleted.

@@ -69,6 +69,11 @@ pub fn next_enqueue_id(now: Millis) -> JobId {
     JobId((((ms << 22) | (salt << 12)) + (seq & 0xfff) + ((seq >> 12) << 22)) as i64)
 }
 
+/// The wall clock in milliseconds, as messages carry their times.
+pub(crate) fn now_ms() -> Millis {
+    hopper_core::job::to_millis(std::time::SystemTime::now())
+}
+
 fn fastrand_salt() -> u64 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

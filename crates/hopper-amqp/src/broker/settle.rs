@@ -9,11 +9,12 @@ use std::sync::Arc;
 use hopper_core::{JobId, Outcome, Result, SettleReport, Settlement};
 use lapin::options::{BasicNackOptions, BasicRejectOptions};
 
+use super::AmqpBroker;
 use super::publish::{Outgoing, Published};
-use super::{AmqpBroker, now_ms};
 use crate::subscription::{Subscription, queue_frame, send_acks};
 use crate::topology::{dead_queue, retry_bucket};
 use crate::wire;
+use crate::wire::now_ms;
 
 impl AmqpBroker {
     /// [`Broker::settle`](hopper_core::Broker::settle): each channel's settlements on it,

@@ -31,7 +31,7 @@ impl Subscription {
         generation: u64,
         wake: &watch::Sender<u64>,
     ) {
-        let at = now_ms();
+        let at = wire::now_ms();
         let decoded: Vec<(u64, Job, Held)> = deliveries
             .into_iter()
             .map(|delivery| {
@@ -61,10 +61,6 @@ impl Subscription {
         }
         wake.send_modify(|n| *n = n.wrapping_add(1));
     }
-}
-
-fn now_ms() -> i64 {
-    hopper_core::job::to_millis(std::time::SystemTime::now())
 }
 
 /// Most deliveries taken in one push (see [`ready_deliveries`]).
