@@ -150,18 +150,18 @@ pub async fn release_at_shutdown(target: Target) {
 }
 
 /// Waits, polling every 5 ms up to [`PATIENCE`], until `done` holds for the broker's
-/// counts of `queue`.
+/// counts of `queue`; returns those counts.
 async fn wait_until(
     broker: &Arc<dyn Broker>,
     queue: &str,
     what: &str,
     done: impl Fn(&QueueCounts) -> bool,
-) {
+) -> QueueCounts {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let c = counts(broker, queue).await;
         if done(&c) {
-            return;
+            return c;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -249,8 +249,8 @@ async fn crash_and_rescue(target: Target) -> Rescue {
         // What the server pushed to the doomed worker's subscription: every job no longer
         // ready in the queue.
         let ready = |c: &QueueCounts| c.pending as usize <= CRASH_JOBS - CRASH_WINDOW;
-        wait_until(&broker, &queue, "the server to push the window", ready).await;
-        held = CRASH_JOBS - counts(&broker, &queue).await.pending as usize;
+        let c = wait_until(&broker, &queue, "the server to push the window", ready).await;
+        held = CRASH_JOBS - c.pending as usize;
     }
     go_tx.send(()).expect("the doomed worker waits for the go");
     rx.await.expect("the doomed worker's thread panicked");
