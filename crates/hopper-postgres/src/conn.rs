@@ -46,6 +46,14 @@ impl Held<'_> {
         *self.slot = None;
     }
 
+    /// The error of a statement run on this connection, which is dropped first if `e`
+    /// says it is broken: `.map_err(|e| held.fail("what", e))` on every statement keeps
+    /// a dead connection from failing every later call.
+    pub(crate) fn fail(&mut self, what: &str, e: sqlx::Error) -> Error {
+        self.check(&e);
+        Error::broker(what.to_owned(), e)
+    }
+
     /// Drops the connection if `e` says it is broken, so the next call reconnects.
     pub(crate) fn check(&mut self, e: &sqlx::Error) {
         if is_connection_error(e) {

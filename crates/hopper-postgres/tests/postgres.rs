@@ -2,6 +2,8 @@
 //! `HOPPER_TEST_POSTGRES_URL`). Every test works in a schema of its own, dropped afterwards.
 
 mod postgres {
+    mod cluster;
+    mod crash;
     mod migrations;
     mod plans;
     mod suite;

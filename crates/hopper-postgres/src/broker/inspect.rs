@@ -15,7 +15,7 @@ impl PgBroker {
             .bind(self.now())
             .fetch_optional(held.conn())
             .await
-            .map_err(db_err("cancelling a job"))?;
+            .map_err(|e| held.fail("cancelling a job", e))?;
         if cancelled.is_some() {
             return Ok(CancelOutcome::Cancelled);
         }
@@ -23,7 +23,7 @@ impl PgBroker {
             .bind(id.0)
             .fetch_optional(held.conn())
             .await
-            .map_err(db_err("reading a job's lease"))?;
+            .map_err(|e| held.fail("reading a job's lease", e))?;
         Ok(match row {
             Some((1, Some(lease))) => CancelOutcome::Held(LeaseId(lease)),
             _ => CancelOutcome::NotFound,
@@ -37,7 +37,7 @@ impl PgBroker {
             .bind(id.0)
             .fetch_optional(held.conn())
             .await
-            .map_err(db_err("reading a job"))?;
+            .map_err(|e| held.fail("reading a job", e))?;
         row.as_ref()
             .map(record_from_row)
             .transpose()
@@ -53,7 +53,7 @@ impl PgBroker {
                 .bind(self.now())
                 .fetch_one(held.conn())
                 .await
-                .map_err(db_err("counting jobs"))?;
+                .map_err(|e| held.fail("counting jobs", e))?;
         Ok(QueueCounts {
             pending: pending as u64,
             scheduled: scheduled as u64,
@@ -74,7 +74,7 @@ impl PgBroker {
             .bind(limit.min(i64::MAX as usize) as i64)
             .fetch_all(held.conn())
             .await
-            .map_err(db_err("listing dead letters"))?;
+            .map_err(|e| held.fail("listing dead letters", e))?;
         rows.iter()
             .map(record_from_row)
             .collect::<Result<_, _>>()
@@ -88,7 +88,7 @@ impl PgBroker {
             .bind(queue)
             .execute(held.conn())
             .await
-            .map_err(db_err("purging a queue"))?;
+            .map_err(|e| held.fail("purging a queue", e))?;
         Ok(done.rows_affected())
     }
 }

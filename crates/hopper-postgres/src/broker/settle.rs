@@ -31,7 +31,12 @@ impl PgBroker {
             delays.push(delay);
             errors.push(error.map(str::to_owned));
         }
-        let mut held = self.inner.conns.get().await?;
+        let pool = if self.inner.options.durable_settlements {
+            &self.inner.conns
+        } else {
+            &self.inner.claims
+        };
+        let mut held = pool.get().await?;
         let applied: Vec<i64> = match sqlx::query_scalar(&self.inner.sql.settle)
             .bind(&ids)
             .bind(&leases)
