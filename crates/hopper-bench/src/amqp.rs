@@ -79,7 +79,7 @@ pub(crate) async fn amqp_row(url: &str, jobs: usize, window: u16, rounds: usize)
 }
 
 /// `url` asking Hopper to declare the queues it uses.
-fn with_declare(url: &str) -> String {
+pub(crate) fn with_declare(url: &str) -> String {
     if url.contains("declare=") {
         url.to_owned()
     } else if url.contains('?') {
@@ -191,7 +191,7 @@ pub(crate) async fn round_trips_ms(url: &str, n: usize) -> Result<Vec<f64>> {
 }
 
 /// Deletes `queue` and its dead-letter queue, `{queue}.dead`, on a connection of its own.
-async fn delete_queue(url: &str, queue: &str) -> Result<()> {
+pub(crate) async fn delete_queue(url: &str, queue: &str) -> Result<()> {
     use lapin::options::QueueDeleteOptions;
     let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
         .await

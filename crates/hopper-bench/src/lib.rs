@@ -33,10 +33,12 @@
 //! - `table`: one row of the matrix, and the table printed of the rows.
 //! - `rounds`: interleaved rounds, their medians, and the ratio of each round's pair.
 //! - `raw`: the raw baselines of the memory and SQL rows.
+//! - `claim_delete`: PostgreSQL's ceiling beside the wide row, clients deleting batches.
 //! - `sql`: the PostgreSQL and MySQL drain rows, each a raw loop beside `hopper load`.
 //! - [`load`]: `hopper load` as the bench drives it: the backlog it drains, its report, a
 //!   run of it in a child process.
 //! - `amqp`: the RabbitMQ rows, plain lapin consumers beside Hopper.
+//! - `amqp_enqueue`: the RabbitMQ enqueue row, beside lapin publishing without confirms.
 //! - `latency`: the idle latency rows, PostgreSQL's beside a raw listener.
 //! - `idle`: the idle round-trip rows.
 //! - `rtt`: the rows at a distance: a proxy per server and round trip, their job counts,
@@ -46,6 +48,8 @@
 //! - [`proxy`]: a TCP proxy delaying each direction by a fixed time, for the `--rtt` rows.
 
 mod amqp;
+mod amqp_enqueue;
+mod claim_delete;
 mod idle;
 mod latency;
 pub mod load;
@@ -61,6 +65,7 @@ mod table;
 use hopper::{Error, Result};
 
 use crate::amqp::amqp_row;
+use crate::amqp_enqueue::amqp_enqueue_row;
 use crate::idle::{IDLE_WATCHED, IDLE_WATCHED_MIN, idle_round_trips};
 use crate::latency::{idle_latency, pg_idle_latency};
 use crate::load::{hopper_load, hopper_load_with};
@@ -238,6 +243,8 @@ pub async fn run(options: Options) -> Result<()> {
         for &rtt_ms in &options.rtt {
             let route = Route::to(&options.amqp, rtt_ms, tag_direct).await?;
             let url = route.url(&options.amqp)?;
+            let row = amqp_enqueue_row(&url, n(100_000), rounds).await?;
+            rows.push(route.label(row));
             for &window in &options.amqp_windows {
                 let base = match window {
                     1 => 20_000,

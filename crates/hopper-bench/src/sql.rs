@@ -4,11 +4,16 @@
 
 use hopper::Result;
 
+use crate::claim_delete::raw_claim_delete;
 use crate::load::hopper_load_with;
 use crate::raw::raw_broker_loop;
 use crate::rounds::paired_rounds;
 use crate::rtt::{Route, in_scratch};
 use crate::table::Row;
+
+/// Clients of the PostgreSQL ceiling beside the wide row, as in the pgbench run it
+/// reproduces.
+const CEILING_CLIENTS: usize = 4;
 
 /// One SQL row: what the raw loop fetches at a time, and how `hopper load` is run beside
 /// it.
@@ -18,6 +23,9 @@ pub(crate) struct SqlDrain {
     pub(crate) workload: String,
     /// The raw loop's batch.
     pub(crate) raw_batch: usize,
+    /// Clients of the raw claim+delete loop, or 0 for the broker's own fetch and settle
+    /// in one loop.
+    raw_clients: usize,
     /// `hopper load --concurrency`.
     concurrency: usize,
     /// `hopper load --max-batch`, or none: its default.
@@ -33,6 +41,7 @@ impl SqlDrain {
         SqlDrain {
             workload: format!("{server} drain, batch {batch}"),
             raw_batch: batch,
+            raw_clients: 0,
             concurrency: batch,
             max_batch: Some(batch),
             slots: true,
@@ -46,6 +55,7 @@ impl SqlDrain {
         SqlDrain {
             workload: format!("{server} drain, defaults (c=10)"),
             raw_batch: 10,
+            raw_clients: 0,
             concurrency: 10,
             max_batch: None,
             slots: false,
@@ -53,11 +63,17 @@ impl SqlDrain {
     }
 
     /// Concurrency 100 with `max_batch` 100 and the default window, beside the raw loop
-    /// at a batch of 100.
+    /// at a batch of 100; on PostgreSQL, beside the server's ceiling instead: four clients
+    /// deleting 100 jobs a transaction (`claim_delete`).
     pub(crate) fn wide(server: &str) -> Self {
         SqlDrain {
             workload: format!("{server} drain, c=100, max_batch 100"),
             raw_batch: 100,
+            raw_clients: if server == "postgres" {
+                CEILING_CLIENTS
+            } else {
+                0
+            },
             concurrency: 100,
             max_batch: Some(100),
             slots: false,
@@ -93,8 +109,9 @@ impl SqlDrain {
             rounds,
             true,
             async |_| {
-                in_scratch(server, route, async |url| {
-                    raw_broker_loop(&url, jobs, self.raw_batch).await
+                in_scratch(server, route, async |url| match self.raw_clients {
+                    0 => raw_broker_loop(&url, jobs, self.raw_batch).await,
+                    n => raw_claim_delete(&url, jobs, self.raw_batch, n).await,
                 })
                 .await
             },
@@ -107,7 +124,12 @@ impl SqlDrain {
             },
         )
         .await?;
-        if !self.slots {
+        if self.raw_clients > 0 {
+            row.note = format!(
+                "{}; raw: {} clients deleting {} pending jobs a transaction",
+                row.note, self.raw_clients, self.raw_batch
+            );
+        } else if !self.slots {
             row.note = format!("{}; raw loop at batch {}", row.note, self.raw_batch);
         }
         Ok(row)
@@ -139,5 +161,7 @@ mod tests {
         let defaults = SqlDrain::defaults("postgres");
         assert_eq!((defaults.max_batch, defaults.slots), (None, false));
         assert_eq!(SqlDrain::wide("postgres").raw_batch, 100);
+        assert_eq!(SqlDrain::wide("postgres").raw_clients, CEILING_CLIENTS);
+        assert_eq!(SqlDrain::wide("mysql").raw_clients, 0);
     }
 }

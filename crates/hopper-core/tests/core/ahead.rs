@@ -218,3 +218,49 @@ async fn a_late_short_answer_does_not_stall_the_queue() {
     assert!(stats.peak_fetches_in_flight >= 2);
     assert!(took < Duration::from_millis(400), "drained in {took:?}");
 }
+
+/// `Prefetch::Auto` at a distance: its fetches keep the sizes of its rule (at most 16 a
+/// fetch, starting from 1), but once the round trip outlasts a fetch's worth of work it
+/// keeps several in flight. One at a time, each fetch of 16 would cost a 5 ms round trip
+/// for 1.6 ms of work on the 10 slots: 2,000 jobs in about 800 ms instead of 200.
+#[tokio::test(start_paused = true)]
+async fn auto_keeps_fetches_in_flight_when_the_round_trip_outlasts_a_fetch() {
+    let (stats, took) = drain(Some(Prefetch::Auto)).await;
+    assert!(took <= Duration::from_millis(300), "drained in {took:?}");
+    assert!(
+        (2..=MAX_FETCHES_IN_FLIGHT).contains(&stats.peak_fetches_in_flight),
+        "{} fetches in flight at most",
+        stats.peak_fetches_in_flight
+    );
+    assert_eq!(stats.batch_sizes[0], 1);
+    assert!(
+        stats.batch_sizes.iter().all(|&n| n <= 16),
+        "{:?}",
+        stats.batch_sizes
+    );
+    assert_eq!(stats.fetched_jobs, JOBS);
+}
+
+/// Where the round trip is short against the work (0.1 ms against 10 ms jobs at
+/// concurrency 1), Auto keeps one fetch at a time and its sizes are exactly its rule's.
+#[tokio::test(start_paused = true)]
+async fn auto_keeps_its_rule_where_the_round_trip_is_short() {
+    let broker: Arc<dyn Broker> = Arc::new(Remote::new(Duration::from_micros(100)));
+    let jobs = (0..62u64).map(|i| NewJob::json("q", &i).unwrap()).collect();
+    broker.enqueue(jobs).await.unwrap();
+    let worker = Worker::builder(broker)
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(1).prefetch(Prefetch::Auto),
+            |_job: JobContext<u64>| async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 62).await;
+    worker.shutdown().await;
+    assert_eq!(stats.peak_fetches_in_flight, 1);
+    assert_eq!(stats.batch_sizes, [1, 1, 2, 2, 4, 4, 8, 8, 16, 16]);
+}

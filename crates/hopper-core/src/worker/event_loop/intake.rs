@@ -108,31 +108,56 @@ impl Intake {
     }
 
     /// Jobs the slots of `q` complete in two fetch round trips, which a pulled queue with
-    /// the default window fetches ahead of its slots so that they never wait on the
-    /// network: 2 × concurrency × round trip ÷ time per job, at most `max_batch` for each
-    /// fetch past the first that may be in flight. Two round trips, not one: the next
-    /// fetch goes out once half a fetch of room is free, so what is buffered and coming
-    /// must last a round trip from then. 0 until a fetch and a hand-off were
-    /// timed, for any other broker or policy, and for batch and `pop_ahead` queues, which
-    /// keep their own rules (docs/design.md, "Round trips in flight").
+    /// the default window or `Prefetch::Auto` fetches ahead of its slots so that they never
+    /// wait on the network: 2 × concurrency × round trip ÷ time per job, at most one fetch
+    /// for each fetch past the first that may be in flight. Two round trips, not one: the
+    /// next fetch goes out once half a fetch of room is free, so what is buffered and
+    /// coming must last a round trip from then. 0 until a fetch and a job were timed, for
+    /// any other broker or policy, and for batch and `pop_ahead` queues, which keep their
+    /// own rules (docs/design.md, "Round trips in flight"). Auto's job time is its own
+    /// average, and it fetches ahead by whole fetches of its current size; the default
+    /// window's job time is the last timed hand-off's.
     #[inline]
     pub(super) fn ahead(&self, q: &QueueState, job_time: Option<Duration>) -> usize {
+        let auto = q.sizer.as_ref();
         if self.mode != Mode::Pulled
-            || q.opts.prefetch.is_some()
+            || (q.opts.prefetch.is_some() && auto.is_none())
             || q.opts.batch.is_some()
             || q.opts.pop_ahead
         {
             return 0;
         }
+        let job_time = match auto {
+            Some(sizer) => sizer.average(),
+            None => job_time,
+        };
         let (Some(rtt), Some(per_job)) = (self.rtt, job_time) else {
             return 0;
         };
-        let cap = q.opts.max_batch * (MAX_FETCHES_IN_FLIGHT - 1);
+        let unit = Self::fetch_unit(q);
+        let cap = unit * (MAX_FETCHES_IN_FLIGHT - 1);
         if per_job.is_zero() {
             return cap;
         }
-        let jobs = (2 * q.opts.concurrency as u128 * rtt.as_nanos()).div_ceil(per_job.as_nanos());
-        jobs.min(cap as u128) as usize
+        let covered = 2 * q.opts.concurrency as u128 * rtt.as_nanos();
+        if auto.is_some() {
+            // Whole fetches, rounded down: where the round trip is short against the work
+            // (less than a fetch's worth), Auto keeps one fetch at a time and its sizes
+            // stay exactly those of its rule.
+            let fetches = covered / (per_job.as_nanos() * unit as u128);
+            return fetches.min(MAX_FETCHES_IN_FLIGHT as u128 - 1) as usize * unit;
+        }
+        covered.div_ceil(per_job.as_nanos()).min(cap as u128) as usize
+    }
+
+    /// The most one fetch of `q` asks for when it fetches ahead: Auto's current size, else
+    /// `max_batch`.
+    #[inline]
+    fn fetch_unit(q: &QueueState) -> usize {
+        q.sizer
+            .as_ref()
+            .map_or(q.opts.max_batch, AutoSizer::size)
+            .min(q.opts.max_batch)
     }
 
     /// The most jobs `q` may hold unsettled, buffered plus handed off. `job_time` is the
@@ -149,7 +174,7 @@ impl Intake {
             // The server holds a pushed subscription to exactly `n`.
             (Some(Prefetch::Fixed(n)), Mode::Pushed) => n,
             (Some(Prefetch::Fixed(n)), _) => n.max(c),
-            (Some(Prefetch::Auto), _) => c * q.sizer.as_ref().map_or(1, AutoSizer::size),
+            (Some(Prefetch::Auto), _) => c * q.sizer.as_ref().map_or(1, AutoSizer::size) + ahead,
         }
     }
 
@@ -211,13 +236,13 @@ impl Intake {
             return 0;
         }
         let room = window.saturating_sub(q.buffer.len() + q.in_handoffs + q.asked);
-        let full = window.min(q.opts.max_batch);
+        let full = window.min(Self::fetch_unit(q));
         let free = q.opts.concurrency.saturating_sub(q.busy);
         let starving = q.buffer.len() + q.asked < free;
         if room == 0 || (!starving && room < full.div_ceil(2)) {
             return 0;
         }
-        room.min(q.opts.max_batch)
+        room.min(Self::fetch_unit(q))
     }
 
     /// Whether a fetch of `want` for `q` would be a top-up worth holding back: part of the
