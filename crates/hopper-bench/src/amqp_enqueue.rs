@@ -1,5 +1,6 @@
 //! The RabbitMQ enqueue row: Hopper's enqueue, confirmed, beside lapin publishing the same
-//! messages without confirms, the fastest a client can hand messages to the server.
+//! messages without confirms, the fastest a client can hand messages to the server; and
+//! in the note lapin with confirms, awaited every [`ENQUEUE_CHUNK`] as Hopper's are.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,7 +8,9 @@ use std::time::Instant;
 use futures_util::future::try_join_all;
 use hopper::{Broker, Error, NewJob, Result};
 use lapin::BasicProperties;
-use lapin::options::{BasicPublishOptions, BasicQosOptions, QueuePurgeOptions};
+use lapin::options::{
+    BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, QueuePurgeOptions,
+};
 
 use crate::load::{ENQUEUE_CHUNK, micros_now};
 use crate::rounds::{median, ratio_spread};
@@ -25,8 +28,11 @@ pub(crate) async fn amqp_enqueue_row(url: &str, jobs: usize, rounds: usize) -> R
     broker.enqueue(vec![NewJob::json(&queue, &0)?]).await?;
     broker.purge(&queue).await?;
     let (mut raw, mut hopper, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut confirmed = Vec::new();
     for round in 1..=rounds {
-        let r = raw_publish(url, &queue, jobs).await?;
+        let r = raw_publish(url, &queue, jobs, false).await?;
+        broker.purge(&queue).await?;
+        confirmed.push(raw_publish(url, &queue, jobs, true).await?);
         broker.purge(&queue).await?;
         let h = hopper_enqueue(&broker, &queue, jobs).await?;
         broker.purge(&queue).await?;
@@ -36,6 +42,7 @@ pub(crate) async fn amqp_enqueue_row(url: &str, jobs: usize, rounds: usize) -> R
         hopper.push(h);
     }
     let spread = ratio_spread(&ratios);
+    let confirmed = median(&mut confirmed);
     let _ = crate::amqp::delete_queue(url, &queue).await;
     Ok(Row {
         workload: "amqp enqueue, confirmed".into(),
@@ -46,7 +53,8 @@ pub(crate) async fn amqp_enqueue_row(url: &str, jobs: usize, rounds: usize) -> R
         note: format!(
             "medians of {rounds} interleaved rounds; Hopper: enqueue calls of {ENQUEUE_CHUNK}, \
              persistent, publisher confirms; raw: lapin publishing the same messages, \
-             persistent, no confirms{spread}"
+             persistent, no confirms{spread}; lapin with confirms awaited each {ENQUEUE_CHUNK} \
+             {confirmed:.0}/s"
         ),
         ..Row::default()
     })
@@ -63,11 +71,12 @@ async fn hopper_enqueue(broker: &Arc<dyn Broker>, queue: &str, jobs: usize) -> R
     Ok(jobs as f64 / started.elapsed().as_secs_f64())
 }
 
-/// Publishes `jobs` persistent messages to `queue` through the default exchange, without
-/// confirms, in groups of [`ENQUEUE_CHUNK`] whose frames are all handed to the connection
-/// before the next; the time ends with a round trip on the same channel, which the server
-/// answers after the publishes before it.
-async fn raw_publish(url: &str, queue: &str, jobs: usize) -> Result<f64> {
+/// Publishes `jobs` persistent messages to `queue` through the default exchange in groups
+/// of [`ENQUEUE_CHUNK`] whose frames are all handed to the connection before the next;
+/// with `confirms`, each group's confirms are awaited before the next group. The time ends
+/// with a round trip on the same channel, which the server answers after the publishes
+/// before it.
+async fn raw_publish(url: &str, queue: &str, jobs: usize, confirms: bool) -> Result<f64> {
     let amqp = |what: &'static str| move |e: lapin::Error| Error::broker(what, e);
     let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
         .await
@@ -76,6 +85,11 @@ async fn raw_publish(url: &str, queue: &str, jobs: usize) -> Result<f64> {
         .create_channel()
         .await
         .map_err(amqp("opening a channel"))?;
+    if confirms {
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(amqp("confirm.select"))?;
+    }
     let properties = BasicProperties::default()
         .with_delivery_mode(2)
         .with_content_type("application/json".into());
@@ -94,7 +108,12 @@ async fn raw_publish(url: &str, queue: &str, jobs: usize) -> Result<f64> {
                 properties.clone(),
             )
         });
-        try_join_all(sends).await.map_err(amqp("publishing"))?;
+        let pending = try_join_all(sends).await.map_err(amqp("publishing"))?;
+        if confirms {
+            try_join_all(pending)
+                .await
+                .map_err(amqp("awaiting confirms"))?;
+        }
     }
     ch.basic_qos(1, BasicQosOptions::default())
         .await

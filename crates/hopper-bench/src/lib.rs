@@ -228,8 +228,8 @@ pub async fn run(options: Options) -> Result<()> {
         for &rtt_ms in &options.rtt {
             let route = Route::to(server, rtt_ms, tag_direct).await?;
             for drain in SqlDrain::rows(name, batches, tag_direct) {
-                let per_round_trip = drain.raw_batch as f64 / f64::from(trips);
-                let jobs = n(route.jobs(base, per_round_trip));
+                let (raw, hopper) = drain.per_round_trip(trips);
+                let jobs = (n(route.jobs(base, raw)), n(route.jobs(base, hopper)));
                 let row = drain.run(server, &route, jobs, sql_rounds).await?;
                 rows.push(route.label(row));
             }

@@ -5,9 +5,10 @@
 //! migrations, backlogs and drains go through the proxy.
 //!
 //! Job counts shrink with the distance, so that a run stays short: at a round trip of `r`
-//! ms a row keeps at most `k × 3,000 / r` jobs, `k` being what the raw baseline moves per
-//! round trip. For RabbitMQ that is the window, which the consumer has in flight each
-//! round trip; for the SQL loop a batch over the round trips one fetch and settle take:
+//! ms a row keeps at most `k × 3,000 / r` jobs, `k` being what a side moves per round
+//! trip. For RabbitMQ that is the window, which the consumer has in flight each round
+//! trip; for the SQL loop a batch over the round trips one fetch and settle take, and for
+//! Hopper's side of a SQL row its fetch over the same (`SqlDrain::per_round_trip`):
 //! PostgreSQL 3 (a statement each, and the settle's commit), MySQL 8 (a claim is a
 //! transaction of several statements), as measured through the proxy at 1 and 5 ms. Its
 //! raw drain then lasts about [`DRAIN_AT_RTT`]; never more jobs than at 0 ms, and

@@ -90,14 +90,31 @@ impl SqlDrain {
         rows
     }
 
+    /// Jobs a round trip moves, by the raw loop and by Hopper: the raw loop's batch over
+    /// the round trips of one fetch and settle (`trips`), and Hopper's fetch (its
+    /// `max_batch`, by default 50) over the same, which fetches ahead keep moving. Each
+    /// side's job count follows its own, so that at a distance neither drain is so short
+    /// that its start dominates.
+    pub(crate) fn per_round_trip(&self, trips: u32) -> (f64, f64) {
+        let fetch = self
+            .max_batch
+            .unwrap_or(hopper::worker::DEFAULT_MAX_BATCH)
+            .max(self.raw_batch);
+        let hopper = if self.slots { self.raw_batch } else { fetch };
+        (
+            self.raw_batch as f64 / f64::from(trips),
+            hopper as f64 / f64::from(trips),
+        )
+    }
+
     /// Runs the row on `server` through `route`: `rounds` interleaved rounds of the raw
-    /// loop and `hopper load`, each draining `jobs` in a scratch schema or database of its
-    /// own.
+    /// loop draining `raw_jobs` and `hopper load` draining `jobs`, each in a scratch schema
+    /// or database of its own.
     pub(crate) async fn run(
         &self,
         server: &str,
         route: &Route,
-        jobs: usize,
+        (raw_jobs, jobs): (usize, usize),
         rounds: usize,
     ) -> Result<Row> {
         let extra: &[&str] = if self.slots {
@@ -110,8 +127,8 @@ impl SqlDrain {
             true,
             async |_| {
                 in_scratch(server, route, async |url| match self.raw_clients {
-                    0 => raw_broker_loop(&url, jobs, self.raw_batch).await,
-                    n => raw_claim_delete(&url, jobs, self.raw_batch, n).await,
+                    0 => raw_broker_loop(&url, raw_jobs, self.raw_batch).await,
+                    n => raw_claim_delete(&url, raw_jobs, self.raw_batch, n).await,
                 })
                 .await
             },
@@ -124,6 +141,9 @@ impl SqlDrain {
             },
         )
         .await?;
+        if raw_jobs != jobs {
+            row.note = format!("{}; the raw loop drained {raw_jobs}", row.note);
+        }
         if self.raw_clients > 0 {
             row.note = format!(
                 "{}; raw: {} clients deleting {} pending jobs a transaction",
@@ -163,5 +183,12 @@ mod tests {
         assert_eq!(SqlDrain::wide("postgres").raw_batch, 100);
         assert_eq!(SqlDrain::wide("postgres").raw_clients, CEILING_CLIENTS);
         assert_eq!(SqlDrain::wide("mysql").raw_clients, 0);
+        // Hopper's side moves a fetch of max_batch per round trip unless held to its slots.
+        assert_eq!(defaults.per_round_trip(2), (5.0, 25.0));
+        assert_eq!(
+            SqlDrain::at_batch("mysql", 10).per_round_trip(2),
+            (5.0, 5.0)
+        );
+        assert_eq!(SqlDrain::wide("mysql").per_round_trip(4), (25.0, 25.0));
     }
 }
