@@ -130,13 +130,31 @@ async fn a_wake_for_one_job_sends_one_fetch() {
 }
 
 /// A broker that claims at once and answers each fetch after a delay of its own, so that
-/// answers can come back in another order than their claims ran.
+/// answers can come back in another order than their claims ran. It counts the fetches
+/// in flight at once, the most seen by a fetch from number [`LATE`] on.
 #[derive(Debug)]
 struct LateAnswers {
     inner: MemoryBroker,
     calls: AtomicUsize,
     /// The answer delay of each fetch by its number; [`RTT`] past the end.
     delays: Vec<Duration>,
+    inside: AtomicUsize,
+    peak_late: AtomicUsize,
+}
+
+/// The fetch from which [`LateAnswers`] records how many are in flight at once.
+const LATE: usize = 40;
+
+impl LateAnswers {
+    fn new(delays: Vec<Duration>) -> Self {
+        LateAnswers {
+            inner: MemoryBroker::with_clock(Clock::tokio()),
+            calls: AtomicUsize::new(0),
+            delays,
+            inside: AtomicUsize::new(0),
+            peak_late: AtomicUsize::new(0),
+        }
+    }
 }
 
 #[async_trait]
@@ -149,8 +167,13 @@ impl Broker for LateAnswers {
     }
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        let inside = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        if call >= LATE {
+            self.peak_late.fetch_max(inside, Ordering::SeqCst);
+        }
         let fetched = self.inner.fetch(request).await;
         tokio::time::sleep(self.delays.get(call).copied().unwrap_or(RTT)).await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
         fetched
     }
     async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
@@ -188,11 +211,7 @@ impl Broker for LateAnswers {
 async fn a_late_short_answer_does_not_stall_the_queue() {
     let mut delays = vec![RTT; 2];
     delays[1] = Duration::from_millis(30);
-    let broker: Arc<dyn Broker> = Arc::new(LateAnswers {
-        inner: MemoryBroker::with_clock(Clock::tokio()),
-        calls: AtomicUsize::new(0),
-        delays,
-    });
+    let broker: Arc<dyn Broker> = Arc::new(LateAnswers::new(delays));
     let jobs = (0..20u64).map(|i| NewJob::json("q", &i).unwrap()).collect();
     broker.enqueue(jobs).await.unwrap();
     let started = Instant::now();
@@ -263,4 +282,41 @@ async fn auto_keeps_its_rule_where_the_round_trip_is_short() {
     worker.shutdown().await;
     assert_eq!(stats.peak_fetches_in_flight, 1);
     assert_eq!(stats.batch_sizes, [1, 1, 2, 2, 4, 4, 8, 8, 16, 16]);
+}
+
+/// Fetches that queue at the broker are not stacked. The first 20 fetches come back in
+/// 1 ms, every later one in 10 ms, as from a server that got busy: the round trip has
+/// grown past three times the shortest seen, so another fetch beside those in flight
+/// would only wait there (and, with several workers on one table, contend with their
+/// claims: four PostgreSQL workers drained at 0.5–0.6 of one). From then on the worker
+/// sends one fetch at a time; without the rule it kept four out.
+#[tokio::test(start_paused = true)]
+async fn fetches_that_queue_at_the_broker_are_not_stacked() {
+    let mut delays = vec![Duration::from_millis(1); 20];
+    delays.resize(10_000, Duration::from_millis(10));
+    let server = Arc::new(LateAnswers::new(delays));
+    let broker: Arc<dyn Broker> = server.clone();
+    let n = 5_000u64;
+    let jobs = (0..n).map(|i| NewJob::json("q", &i).unwrap()).collect();
+    broker.enqueue(jobs).await.unwrap();
+    let worker = Worker::builder(broker)
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(10),
+            |_job: JobContext<u64>| async {
+                tokio::time::sleep(Duration::from_micros(100)).await;
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == n).await;
+    worker.shutdown().await;
+    assert_eq!(stats.fetched_jobs, n);
+    assert!(server.calls.load(Ordering::SeqCst) > LATE + 10);
+    assert_eq!(
+        server.peak_late.load(Ordering::SeqCst),
+        1,
+        "fetches in flight at once once the round trip grew"
+    );
 }

@@ -65,6 +65,9 @@ pub(super) struct Intake {
     /// Fetch round trips, as a moving average in which the newest weighs 30%: how long a
     /// top-up is held back at most, and how far ahead a pulled queue fetches.
     rtt: Option<Duration>,
+    /// The shortest fetch round trip seen: the distance to the broker without the time
+    /// fetches spend queued behind one another there.
+    rtt_min: Option<Duration>,
     pub(super) retry_at: Option<Instant>,
     backoff: Duration,
     /// A fetch that completed as it was sent (in process, or pushed), not yet taken in.
@@ -88,6 +91,7 @@ impl Intake {
             in_flight: 0,
             next_seq: 0,
             rtt: None,
+            rtt_min: None,
             retry_at: None,
             backoff: FIRST_BACKOFF,
             fetched_now: None,
@@ -186,6 +190,9 @@ impl Intake {
             return 0;
         }
         if ahead > 0 {
+            if q.asked > 0 && self.queued() {
+                return 0;
+            }
             return Self::want_ahead(q, window);
         }
         if q.asked > 0 {
@@ -223,6 +230,15 @@ impl Intake {
             _ => room,
         };
         policy.min(room).min(q.opts.max_batch)
+    }
+
+    /// Whether fetches wait at the broker: their round trip has grown past three times the
+    /// shortest seen. Then another fetch beside those in flight would only queue behind
+    /// them (and, with several workers on one table, contend with theirs), so none is
+    /// sent until the round trip comes down.
+    #[inline]
+    fn queued(&self) -> bool {
+        matches!((self.rtt, self.rtt_min), (Some(avg), Some(min)) if avg > 3 * min)
     }
 
     /// How many jobs a queue that fetches ahead asks for: what its window has room for,
@@ -288,6 +304,7 @@ impl Intake {
             None => rtt,
             Some(avg) => avg.mul_f64(0.7) + rtt.mul_f64(0.3),
         });
+        self.rtt_min = Some(self.rtt_min.map_or(rtt, |m| m.min(rtt)));
         match result {
             Ok(f) => {
                 self.backoff = FIRST_BACKOFF;
