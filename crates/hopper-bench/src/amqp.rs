@@ -114,13 +114,7 @@ async fn raw_lapin(
     use futures_util::StreamExt;
     use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
     let amqp = |what: &'static str| move |e: lapin::Error| Error::broker(what, e);
-    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
-        .await
-        .map_err(amqp("connecting to RabbitMQ"))?;
-    let ch = conn
-        .create_channel()
-        .await
-        .map_err(amqp("opening a channel"))?;
+    let (conn, ch) = open_channel(url).await?;
     ch.basic_qos(window, BasicQosOptions::default())
         .await
         .map_err(amqp("basic.qos"))?;
@@ -171,13 +165,7 @@ async fn raw_lapin(
 pub(crate) async fn round_trips_ms(url: &str, n: usize) -> Result<Vec<f64>> {
     use lapin::options::BasicQosOptions;
     let amqp = |what: &'static str| move |e: lapin::Error| Error::broker(what, e);
-    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
-        .await
-        .map_err(amqp("connecting to RabbitMQ"))?;
-    let ch = conn
-        .create_channel()
-        .await
-        .map_err(amqp("opening a channel"))?;
+    let (conn, ch) = open_channel(url).await?;
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
@@ -193,13 +181,7 @@ pub(crate) async fn round_trips_ms(url: &str, n: usize) -> Result<Vec<f64>> {
 /// Deletes `queue` and its dead-letter queue, `{queue}.dead`, on a connection of its own.
 pub(crate) async fn delete_queue(url: &str, queue: &str) -> Result<()> {
     use lapin::options::QueueDeleteOptions;
-    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
-        .await
-        .map_err(|e| Error::broker("connecting to RabbitMQ", e))?;
-    let ch = conn
-        .create_channel()
-        .await
-        .map_err(|e| Error::broker("opening a channel", e))?;
+    let (conn, ch) = open_channel(url).await?;
     for q in [queue.to_owned(), format!("{queue}.dead")] {
         let _ = ch
             .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
@@ -207,4 +189,16 @@ pub(crate) async fn delete_queue(url: &str, queue: &str) -> Result<()> {
     }
     let _ = conn.close(200, "done".into()).await;
     Ok(())
+}
+
+/// A connection of its own to `url`, and a channel on it.
+pub(crate) async fn open_channel(url: &str) -> Result<(lapin::Connection, lapin::Channel)> {
+    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+        .await
+        .map_err(|e| Error::broker("connecting to RabbitMQ", e))?;
+    let ch = conn
+        .create_channel()
+        .await
+        .map_err(|e| Error::broker("opening a channel", e))?;
+    Ok((conn, ch))
 }

@@ -78,13 +78,7 @@ async fn hopper_enqueue(broker: &Arc<dyn Broker>, queue: &str, jobs: usize) -> R
 /// before it.
 async fn raw_publish(url: &str, queue: &str, jobs: usize, confirms: bool) -> Result<f64> {
     let amqp = |what: &'static str| move |e: lapin::Error| Error::broker(what, e);
-    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
-        .await
-        .map_err(amqp("connecting to RabbitMQ"))?;
-    let ch = conn
-        .create_channel()
-        .await
-        .map_err(amqp("opening a channel"))?;
+    let (conn, ch) = crate::amqp::open_channel(url).await?;
     if confirms {
         ch.confirm_select(ConfirmSelectOptions::default())
             .await

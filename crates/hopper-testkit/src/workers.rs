@@ -18,7 +18,8 @@ use hopper_core::{Broker, JobContext, NewJob, Prefetch, QueueOptions, Worker};
 pub type Connect =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Broker>> + Send>> + Send + Sync>;
 
-async fn enqueue(broker: &Arc<dyn Broker>, n: usize) {
+/// Enqueues jobs `0..n` on queue `q`, each payload its number, a thousand per call.
+pub async fn enqueue(broker: &Arc<dyn Broker>, n: usize) {
     let all: Vec<u64> = (0..n as u64).collect();
     for chunk in all.chunks(1000) {
         let jobs = chunk

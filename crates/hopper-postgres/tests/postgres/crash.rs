@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hopper_core::{Broker, JobContext, NewJob, QueueOptions, Worker};
+use hopper_core::{Broker, JobContext, QueueOptions, Worker};
 use hopper_postgres::{PgBroker, PgOptions};
 
 use super::cluster::Cluster;
@@ -45,14 +45,7 @@ async fn crash_mid_drain(options: PgOptions) -> Tally {
         .await
         .expect("migrate");
     let broker = Arc::new(PgBroker::connect_with(&url, options).await.unwrap()) as Arc<dyn Broker>;
-    let all: Vec<u64> = (0..JOBS as u64).collect();
-    for chunk in all.chunks(1000) {
-        let jobs = chunk
-            .iter()
-            .map(|i| NewJob::json("q", i).unwrap())
-            .collect();
-        broker.enqueue(jobs).await.unwrap();
-    }
+    hopper_testkit::workers::enqueue(&broker, JOBS).await;
     let runs = Arc::new(Mutex::new(vec![0u32; JOBS]));
     let started = Arc::new(AtomicUsize::new(0));
     let finished = Arc::new(AtomicUsize::new(0));
