@@ -29,6 +29,10 @@ pub(super) type Asked = Vec<(usize, usize)>;
 pub(crate) struct Sent {
     pub(super) at: Instant,
     pub(super) seq: u64,
+    /// This worker's fetches already in flight when it was sent.
+    pub(super) beside: usize,
+    /// Jobs it asked for, over every queue.
+    pub(super) jobs: usize,
 }
 
 /// How a broker gives out its jobs.
@@ -65,9 +69,16 @@ pub(super) struct Intake {
     /// Fetch round trips, as a moving average in which the newest weighs 30%: how long a
     /// top-up is held back at most, and how far ahead a pulled queue fetches.
     rtt: Option<Duration>,
-    /// The shortest fetch round trip seen: the distance to the broker without the time
-    /// fetches spend queued behind one another there.
-    rtt_min: Option<Duration>,
+    /// Each fetch's round trip divided by one more than this worker's fetches that were
+    /// in flight when it was sent (what it may have waited behind), as a moving average
+    /// in which the newest weighs 30%: the broker's own delay, not ours.
+    per_fetch: Option<Duration>,
+    /// The shortest of those: the distance to the broker with nothing queued there.
+    per_fetch_min: Option<Duration>,
+    /// The most jobs one fetch asked for. Only fetches of at least half as many are timed
+    /// for [`Intake::queued`]: a claim's time grows with its size (on MySQL above all), so
+    /// the first small fetches would otherwise set a shortest time later fetches never see.
+    largest_ask: usize,
     pub(super) retry_at: Option<Instant>,
     backoff: Duration,
     /// A fetch that completed as it was sent (in process, or pushed), not yet taken in.
@@ -91,7 +102,9 @@ impl Intake {
             in_flight: 0,
             next_seq: 0,
             rtt: None,
-            rtt_min: None,
+            per_fetch: None,
+            per_fetch_min: None,
+            largest_ask: 0,
             retry_at: None,
             backoff: FIRST_BACKOFF,
             fetched_now: None,
@@ -232,13 +245,16 @@ impl Intake {
         policy.min(room).min(q.opts.max_batch)
     }
 
-    /// Whether fetches wait at the broker: their round trip has grown past three times the
-    /// shortest seen. Then another fetch beside those in flight would only queue behind
-    /// them (and, with several workers on one table, contend with theirs), so none is
-    /// sent until the round trip comes down.
+    /// Whether fetches wait at the broker behind others' work: their round trip, less what
+    /// this worker's own fetches sent before them explain (a fetch sent beside two others
+    /// may take three times as long), has grown past three times the shortest seen. Then
+    /// another fetch beside those in flight would only queue there and, with several
+    /// workers on one table, contend with their claims, so none is sent until the round
+    /// trip comes down. A worker alone, whose own fetches queue behind each other, keeps
+    /// them all in flight.
     #[inline]
     fn queued(&self) -> bool {
-        matches!((self.rtt, self.rtt_min), (Some(avg), Some(min)) if avg > 3 * min)
+        matches!((self.per_fetch, self.per_fetch_min), (Some(avg), Some(min)) if avg > 3 * min)
     }
 
     /// How many jobs a queue that fetches ahead asks for: what its window has room for,
@@ -304,7 +320,19 @@ impl Intake {
             None => rtt,
             Some(avg) => avg.mul_f64(0.7) + rtt.mul_f64(0.3),
         });
-        self.rtt_min = Some(self.rtt_min.map_or(rtt, |m| m.min(rtt)));
+        if sent.jobs > 2 * self.largest_ask {
+            // Far larger than any before: the times so far do not compare.
+            (self.per_fetch, self.per_fetch_min) = (None, None);
+        }
+        self.largest_ask = self.largest_ask.max(sent.jobs);
+        if 2 * sent.jobs >= self.largest_ask {
+            let own = rtt / (sent.beside as u32 + 1);
+            self.per_fetch = Some(match self.per_fetch {
+                None => own,
+                Some(avg) => avg.mul_f64(0.7) + own.mul_f64(0.3),
+            });
+            self.per_fetch_min = Some(self.per_fetch_min.map_or(own, |m| m.min(own)));
+        }
         match result {
             Ok(f) => {
                 self.backoff = FIRST_BACKOFF;
@@ -392,6 +420,8 @@ impl EventLoop {
         let sent = Sent {
             at: now,
             seq: self.intake.next_seq,
+            beside: self.intake.in_flight,
+            jobs: asked.iter().map(|&(_, n)| n).sum(),
         };
         self.intake.next_seq += 1;
         for &(i, n) in &asked {
