@@ -48,10 +48,26 @@ impl std::fmt::Debug for Link {
     }
 }
 
+/// The largest frame Hopper asks the server for unless the URL names one (`frame_max=`).
+/// lapin keeps a read and a write buffer of 32 frames each per connection: at RabbitMQ's
+/// own default of 128 KiB those held 16 MiB, half a worker's resident memory; at 32 KiB
+/// they hold 2 MiB. Jobs are far smaller than a frame; a larger payload is sent in
+/// several body frames.
+pub(crate) const FRAME_MAX: u32 = 32 * 1024;
+
+/// `url` asking for frames of [`FRAME_MAX`] unless it names its own `frame_max`.
+fn with_frame_max(url: &str) -> String {
+    match url.split_once('?') {
+        Some((_, query)) if query.split('&').any(|p| p.starts_with("frame_max=")) => url.to_owned(),
+        Some(_) => format!("{url}&frame_max={FRAME_MAX}"),
+        None => format!("{url}?frame_max={FRAME_MAX}"),
+    }
+}
+
 impl Link {
     pub(crate) fn new(url: &str, options: &AmqpOptions) -> Self {
         Link {
-            url: url.to_owned(),
+            url: with_frame_max(url),
             redacted: hopper_core::redact_url(url),
             name: options.connection_name.clone(),
             confirms: options.confirms,
@@ -226,3 +242,25 @@ impl Drop for Lent<'_> {
 
 /// A shared handle: the broker and each subscription task hold one.
 pub(crate) type SharedLink = Arc<Link>;
+
+#[cfg(test)]
+mod frame_tests {
+    use super::*;
+
+    /// Hopper asks for 32 KiB frames unless the URL names a size of its own.
+    #[test]
+    fn urls_ask_for_small_frames_unless_they_name_one() {
+        assert_eq!(
+            with_frame_max("amqp://h/%2f"),
+            "amqp://h/%2f?frame_max=32768"
+        );
+        assert_eq!(
+            with_frame_max("amqp://h/%2f?heartbeat=5"),
+            "amqp://h/%2f?heartbeat=5&frame_max=32768"
+        );
+        assert_eq!(
+            with_frame_max("amqp://h/%2f?frame_max=131072&heartbeat=5"),
+            "amqp://h/%2f?frame_max=131072&heartbeat=5"
+        );
+    }
+}

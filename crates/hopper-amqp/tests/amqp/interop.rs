@@ -140,3 +140,37 @@ async fn pika_and_hopper_read_each_others_messages() {
         "{v}"
     );
 }
+
+/// Hopper asks RabbitMQ for frames of 32 KiB (lapin keeps 32 of them per direction and
+/// connection): a job of 200 KiB crosses in several body frames each way and arrives
+/// whole, character for character.
+#[tokio::test]
+async fn a_payload_larger_than_a_frame_arrives_whole() {
+    let s = setup("bigframe").await;
+    let text: String = (0..200 * 1024u32)
+        .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+        .collect();
+    s.broker
+        .enqueue(vec![NewJob::json(&s.queue, &text).unwrap()])
+        .await
+        .unwrap();
+    let got: Arc<Mutex<Vec<String>>> = Arc::default();
+    let g = got.clone();
+    let worker = Worker::builder(s.dyn_broker())
+        .queue(
+            &s.queue,
+            QueueOptions::new(),
+            move |job: JobContext<String>| {
+                g.lock().unwrap().push(job.payload);
+                async { Ok(()) }
+            },
+        )
+        .start()
+        .unwrap();
+    wait_for(&worker, 10, "the large job", |s| s.completed == 1).await;
+    worker.shutdown().await;
+    let got = got.lock().unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].len(), 200 * 1024);
+    assert!(got[0] == text, "the payload changed on the way");
+}
