@@ -18,6 +18,15 @@ fn bad_input_is_refused_by_name_and_hides_passwords() {
         assert!(err.contains("app:***@127.0.0.1:1/jobs"), "{err}");
         assert!(!err.contains("s3cret"), "{err}");
     }
+    // URLs that do not parse: one slash after the scheme, a `/` in the password.
+    for url in [
+        "postgres:/postgres:S3cretPW@127.0.0.1:5432/test",
+        "postgres://postgres:S3cretPW/x@127.0.0.1:5432/test",
+    ] {
+        let err = refused(&["load", "--broker", url, "--jobs", "1"]);
+        assert!(err.contains("postgres:***@127.0.0.1:5432/test"), "{err}");
+        assert!(!err.contains("S3cretPW"), "{err}");
+    }
 
     let err = refused(&[
         "load",
