@@ -89,12 +89,19 @@ pub(crate) fn fetch(
             above = level;
             let limit = i64::try_from(budget.limit - taken).unwrap_or(i64::MAX);
             let found = candidates
-                .query_map(params![budget.queue, level, now, limit], job_from_row)?
-                .collect::<rusqlite::Result<Vec<Job>>>()?;
+                .query_map(params![budget.queue, level, now, limit], candidate_from_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
             // A full level that came back short lost races to another process: stop
             // there, as a lower level must not go ahead of this one's remaining jobs.
             let exhausted = (found.len() as i64) < limit;
-            for mut job in found {
+            for candidate in found {
+                let mut job = match candidate {
+                    Ok(job) => job,
+                    Err(unreadable) => {
+                        unreadable.bury(conn, now)?;
+                        continue;
+                    }
+                };
                 if claim.execute(params![job.id.0, lease.0, lease_expires])? == 1 {
                     job.attempt += 1;
                     job.lease = lease;
@@ -291,6 +298,67 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
         created_at: row.get(8)?,
         lease: LeaseId(row.get::<_, Option<i64>>(9)?.unwrap_or(0)),
     })
+}
+
+/// The columns [`job_from_row`] reads, by index, to name one in an error.
+const JOB_COLUMNS: [&str; 10] = [
+    "id",
+    "queue",
+    "payload",
+    "priority",
+    "run_at",
+    "attempt",
+    "max_attempts",
+    "headers",
+    "created_at",
+    "lease_id",
+];
+
+/// A pending row that cannot be read as a job: a column out of range, written by another
+/// program. Dead-lettered at once with the reason, so that it neither fails every claim
+/// of its queue (and of every queue fetched with it) nor comes back.
+#[derive(Debug)]
+struct Unreadable {
+    id: i64,
+    queue: String,
+    reason: String,
+}
+
+impl Unreadable {
+    fn bury(&self, conn: &Connection, now: Millis) -> rusqlite::Result<()> {
+        conn.prepare_cached(sql::BURY_PENDING)?
+            .execute(params![self.id, self.reason, now])?;
+        tracing::error!(job = self.id, queue = %self.queue, reason = %self.reason,
+            "dead-lettered a row that cannot be read as a job");
+        Ok(())
+    }
+}
+
+/// A claim candidate: the job, or, when its row cannot be read as one, why.
+fn candidate_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Job, Unreadable>> {
+    match job_from_row(row) {
+        Ok(job) => Ok(Ok(job)),
+        Err(e) => {
+            let column = |i: usize| JOB_COLUMNS.get(i).copied().unwrap_or("?");
+            let why = match &e {
+                rusqlite::Error::FromSqlConversionFailure(i, _, err) => {
+                    format!("column {}: {err}", column(*i))
+                }
+                rusqlite::Error::IntegralValueOutOfRange(i, v) => {
+                    format!("column {}: {v} is out of range", column(*i))
+                }
+                rusqlite::Error::InvalidColumnType(i, _, t) => {
+                    format!("column {}: a {t} where it cannot be", column(*i))
+                }
+                other => other.to_string(),
+            };
+            Ok(Err(Unreadable {
+                id: row.get(0)?,
+                queue: row.get(1)?,
+                reason: format!("the row cannot be read as a job: {why}"),
+            }))
+        }
+    }
 }
 
 /// Reads a job's columns (see [`job_from_row`]) followed by `state, last_error`.

@@ -43,6 +43,8 @@ statements! {
     /// The next due jobs of one priority level of a queue, in fetch order: the candidates
     /// of a claim.
     CLAIM_CANDIDATES = "claim_candidates.sql";
+    /// Dead-letters a pending row that cannot be read as a job, with the reason.
+    BURY_PENDING = "bury_pending.sql";
     /// The next priority level down among a queue's pending jobs.
     NEXT_LEVEL = "next_level.sql";
     /// Claims one job under a lease, only while it is still pending.

@@ -9,6 +9,7 @@ mod sqlite {
     mod sharing;
     mod suite;
     pub mod support;
+    mod unreadable;
     mod worker_suite;
     mod workers;
 }

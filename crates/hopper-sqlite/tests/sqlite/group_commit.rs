@@ -12,13 +12,19 @@ use super::support::TempDb;
 async fn a_failing_command_is_rolled_back_alone() {
     let db = TempDb::new("group");
     let broker = SqliteBroker::open(db.path()).await.unwrap();
-    let bad = broker.enqueue(vec![NewJob::new("bad", "x")]).await.unwrap()[0];
-    // Headers that do not decode make the claim of this job fail after it updated the row.
+    let bad = broker
+        .enqueue(vec![NewJob::new("bad", "x"), NewJob::new("bad", "z")])
+        .await
+        .unwrap();
+    // A trigger refuses the claim of the second job, so a claim of both fails after it
+    // updated the first row.
     let raw = rusqlite::Connection::open(db.path()).unwrap();
-    raw.execute(
-        "UPDATE hopper_jobs SET headers = 'not json' WHERE id = ?1",
-        [bad.0],
-    )
+    raw.execute_batch(&format!(
+        "CREATE TRIGGER refuse_second BEFORE UPDATE ON hopper_jobs
+         WHEN NEW.id = {} AND NEW.state = 1
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+        bad[1].0
+    ))
     .unwrap();
     drop(raw);
 
@@ -28,7 +34,7 @@ async fn a_failing_command_is_rolled_back_alone() {
         calls.push(tokio::spawn(async move {
             if i % 10 == 0 {
                 let fetched = broker
-                    .fetch(FetchRequest::one("bad", 1, Duration::from_secs(30)))
+                    .fetch(FetchRequest::one("bad", 2, Duration::from_secs(30)))
                     .await;
                 assert!(fetched.unwrap_err().is_broker(), "the bad claim failed");
             } else {
@@ -45,10 +51,10 @@ async fn a_failing_command_is_rolled_back_alone() {
     assert_eq!(
         broker.counts("bad").await.unwrap(),
         QueueCounts {
-            pending: 1,
+            pending: 2,
             ..QueueCounts::default()
         },
-        "the failed claim left its job pending"
+        "the failed claim left both jobs pending"
     );
     assert_eq!(broker.counts("good").await.unwrap().pending, 45);
 }

@@ -1,0 +1,5 @@
+-- Dead-letters a pending row that cannot be read as a job (a column another program wrote
+-- out of range), with the reason, so that it stops coming back to every claim.
+UPDATE hopper_jobs
+SET state = 3, last_error = ?2, finished_at = ?3, lease_id = NULL, lease_expires = NULL
+WHERE id = ?1 AND state = 0
