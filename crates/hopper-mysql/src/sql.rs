@@ -95,6 +95,8 @@ statements! {
     CLAIM_LEVELS = "claim_levels.sql";
     /// The highest pending priority level of a queue below a bound.
     LEVEL_BELOW = "level_below.sql";
+    /// Dead-letters a locked candidate that cannot be read as a job, with the reason.
+    BURY_PENDING = "bury_pending.sql";
     /// Takes claimed jobs under a lease, charging an attempt.
     LEASE_CLAIMED = "lease_claimed.sql";
     /// The earliest `run_at` after now among one queue's pending jobs.

@@ -12,6 +12,7 @@ mod mysql {
     mod settling;
     mod suite;
     pub mod support;
+    mod unreadable;
     mod wakeups;
     mod worker_suite;
     mod workers;

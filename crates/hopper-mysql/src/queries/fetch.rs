@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use hopper_core::{Job, LeaseId, Millis};
 use sqlx::Row;
-use sqlx::mysql::MySqlConnection;
+use sqlx::mysql::{MySqlConnection, MySqlRow};
 
 use super::rows::job_from_row;
 use crate::conn::server_error_number;
@@ -128,14 +128,46 @@ async fn candidates(
             .bind(now)
             .bind(i64::try_from(*limit).unwrap_or(i64::MAX));
     }
-    let rows = query.fetch_all(conn).await?;
-    rows.iter()
-        .map(|row| {
-            let mut job = job_from_row(row, lease)?;
-            job.attempt += 1;
-            Ok(job)
-        })
-        .collect()
+    let rows = query.fetch_all(&mut *conn).await?;
+    let mut jobs = Vec::with_capacity(rows.len());
+    for row in &rows {
+        match job_from_row(row, lease) {
+            Ok(mut job) => {
+                job.attempt += 1;
+                jobs.push(job);
+            }
+            // Locked by this claim like the rest: dead-lettered in its transaction.
+            Err(e) => bury(conn, row, &e, now).await?,
+        }
+    }
+    Ok(jobs)
+}
+
+/// Dead-letters a candidate row that cannot be read as a job (a column another program
+/// wrote out of range), with the column and the reason, and logs it: it must neither fail
+/// every claim of its queue, and of every queue claimed with it, nor come back.
+async fn bury(
+    conn: &mut MySqlConnection,
+    row: &MySqlRow,
+    e: &sqlx::Error,
+    now: Option<Millis>,
+) -> Result<(), sqlx::Error> {
+    let id: i64 = row.try_get(0)?;
+    let queue: String = row.try_get_unchecked(1)?;
+    let reason = match e {
+        sqlx::Error::ColumnDecode { index, source } => {
+            format!("the row cannot be read as a job: column {index}: {source}")
+        }
+        other => format!("the row cannot be read as a job: {other}"),
+    };
+    sqlx::query(&sql::BURY_PENDING)
+        .bind(&reason)
+        .bind(now)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    tracing::error!(job = id, %queue, %reason, "dead-lettered a row that cannot be read as a job");
+    Ok(())
 }
 
 /// The most priority levels a claim reads level by level; a queue with more is claimed
