@@ -164,6 +164,22 @@ pub fn headers_from_json(
     text.map_or(Ok(BTreeMap::new()), serde_json::from_str)
 }
 
+/// The header under which a job record shows stored headers that are not a JSON object of
+/// strings (written by another program), as they were stored: listing dead letters, where
+/// such a row ends, must show it among the others rather than fail.
+pub const UNREADABLE_HEADERS: &str = "x-hopper-unreadable-headers";
+
+/// Headers for a job record: as [`headers_from_json`], or, when the stored text cannot be
+/// read so, that text under [`UNREADABLE_HEADERS`].
+pub fn headers_for_record(text: Option<&str>) -> BTreeMap<String, String> {
+    headers_from_json(text).unwrap_or_else(|_| {
+        BTreeMap::from([(
+            UNREADABLE_HEADERS.to_owned(),
+            text.unwrap_or_default().to_owned(),
+        )])
+    })
+}
+
 /// A job as a worker holds it: claimed under a lease by one fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {

@@ -9,6 +9,7 @@ mod postgres {
     mod suite;
     pub mod support;
     mod transactions;
+    mod unreadable;
     mod wakeups;
     mod worker_suite;
     mod workers;

@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashSet};
 
-use hopper_core::job::headers_from_json;
+use hopper_core::job::{headers_for_record, headers_from_json};
 use hopper_core::{
     Budget, CancelOutcome, Job, JobId, JobRecord, JobState, LeaseId, Millis, NewJob, Outcome,
     QueueCounts, SettleReport, Settlement,
@@ -286,15 +286,33 @@ pub(crate) fn purge(conn: &Connection, queue: &str) -> rusqlite::Result<u64> {
 /// Reads the columns `id, queue, payload, priority, run_at, attempt, max_attempts, headers,
 /// created_at, lease_id`, in that order.
 fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
+    read_job(row, true)
+}
+
+/// [`job_from_row`], except that `strict` off shows a job as it can for its record:
+/// headers that cannot be read as they were stored ([`headers_for_record`]), attempts
+/// out of range at their nearest bound.
+fn read_job(row: &Row<'_>, strict: bool) -> rusqlite::Result<Job> {
+    let (attempt, max_attempts, headers) = if strict {
+        (row.get(5)?, row.get(6)?, decode_headers(row.get(7)?)?)
+    } else {
+        let clamp = |n: i64| n.clamp(0, i64::from(u32::MAX)) as u32;
+        let text: Option<String> = row.get(7)?;
+        (
+            clamp(row.get(5)?),
+            clamp(row.get(6)?),
+            headers_for_record(text.as_deref()),
+        )
+    };
     Ok(Job {
         id: JobId(row.get(0)?),
         queue: row.get(1)?,
         payload: row.get(2)?,
         priority: row.get(3)?,
         run_at: row.get(4)?,
-        attempt: row.get(5)?,
-        max_attempts: row.get(6)?,
-        headers: decode_headers(row.get(7)?)?,
+        attempt,
+        max_attempts,
+        headers,
         created_at: row.get(8)?,
         lease: LeaseId(row.get::<_, Option<i64>>(9)?.unwrap_or(0)),
     })
@@ -377,7 +395,7 @@ fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
             ));
         }
     };
-    let mut job = job_from_row(row)?;
+    let mut job = read_job(row, false)?;
     if state != JobState::Leased {
         job.lease = LeaseId(0);
     }

@@ -1,6 +1,6 @@
 //! Job states as the table stores them, and jobs and job records decoded from rows.
 
-use hopper_core::job::headers_from_json;
+use hopper_core::job::{headers_for_record, headers_from_json};
 use hopper_core::{Job, JobId, JobRecord, JobState, LeaseId};
 use sqlx::Row;
 use sqlx::mysql::MySqlRow;
@@ -14,11 +14,21 @@ const CANCELLED: i8 = 4;
 /// Reads the columns `id, queue, payload, priority, run_at, attempt, max_attempts,
 /// headers, created_at`, in that order, as a job held under `lease`.
 pub(super) fn job_from_row(row: &MySqlRow, lease: LeaseId) -> Result<Job, sqlx::Error> {
+    read_job(row, lease, true)
+}
+
+/// [`job_from_row`], except that `strict` off shows headers that cannot be read as they
+/// were stored ([`headers_for_record`]), for records.
+fn read_job(row: &MySqlRow, lease: LeaseId, strict: bool) -> Result<Job, sqlx::Error> {
     let headers: Option<String> = row.try_get(7)?;
-    let headers = headers_from_json(headers.as_deref()).map_err(|e| sqlx::Error::ColumnDecode {
-        index: "headers".into(),
-        source: Box::new(e),
-    })?;
+    let headers = if strict {
+        headers_from_json(headers.as_deref()).map_err(|e| sqlx::Error::ColumnDecode {
+            index: "headers".into(),
+            source: Box::new(e),
+        })?
+    } else {
+        headers_for_record(headers.as_deref())
+    };
     Ok(Job {
         id: JobId(row.try_get(0)?),
         // `ascii_bin` reaches the client flagged binary, which sqlx's type check refuses
@@ -55,7 +65,7 @@ pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> 
         _ => LeaseId(0),
     };
     Ok(JobRecord {
-        job: job_from_row(row, lease)?,
+        job: read_job(row, lease, false)?,
         state,
         last_error: row.try_get(11)?,
     })

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use hopper_core::job::UNREADABLE_HEADERS;
 use hopper_core::{Budget, FetchRequest, NewJob};
 use sqlx::Connection;
 
@@ -58,6 +59,10 @@ async fn an_unreadable_row_is_dead_lettered_and_the_rest_served() {
         "{error}"
     );
     let _ = raw.close().await;
+    // Listed among the dead letters all the same, the headers as they were stored.
+    let dead = broker.dead_letters("q", 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].job.headers[UNREADABLE_HEADERS], "[1, 2]");
     // Gone for good: the next claim finds nothing, and does not fail.
     let again = broker
         .fetch(FetchRequest::one("q", 10, Duration::from_secs(30)))

@@ -1,6 +1,6 @@
 //! Jobs and job records, decoded from the rows of the statements that return them.
 
-use hopper_core::job::headers_from_json;
+use hopper_core::job::{headers_for_record, headers_from_json};
 use hopper_core::{Job, JobId, JobRecord, JobState, LeaseId};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -8,9 +8,18 @@ use sqlx::postgres::PgRow;
 /// Decodes the job columns every job-returning statement selects first, in this order:
 /// id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at.
 pub(super) fn job_from_row(row: &PgRow, lease: LeaseId) -> Result<Job, sqlx::Error> {
+    read_job(row, lease, true)
+}
+
+/// [`job_from_row`], except that `strict` off shows headers that cannot be read as they
+/// were stored ([`headers_for_record`]), for records.
+fn read_job(row: &PgRow, lease: LeaseId, strict: bool) -> Result<Job, sqlx::Error> {
     let headers: Option<String> = row.try_get(7)?;
-    let headers =
-        headers_from_json(headers.as_deref()).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    let headers = if strict {
+        headers_from_json(headers.as_deref()).map_err(|e| sqlx::Error::Decode(Box::new(e)))?
+    } else {
+        headers_for_record(headers.as_deref())
+    };
     Ok(Job {
         id: JobId(row.try_get(0)?),
         queue: row.try_get(1)?,
@@ -40,7 +49,7 @@ pub(super) fn record_from_row(row: &PgRow) -> Result<JobRecord, sqlx::Error> {
         _ => LeaseId(0),
     };
     Ok(JobRecord {
-        job: job_from_row(row, lease)?,
+        job: read_job(row, lease, false)?,
         state,
         last_error: row.try_get(11)?,
     })

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use hopper_core::job::UNREADABLE_HEADERS;
 use hopper_core::{Broker, Budget, FetchRequest, NewJob};
 
 use super::support::{TempDb, open_tokio};
@@ -65,6 +66,16 @@ async fn unreadable_rows_are_dead_lettered_and_the_rest_served() {
         max_attempts.starts_with("the row cannot be read as a job: column max_attempts:"),
         "{max_attempts}"
     );
+    // Listed among the dead letters all the same, the headers as they were stored.
+    let dead = broker.dead_letters("q", 10).await.unwrap();
+    assert_eq!(dead.len(), 2);
+    assert_eq!(
+        dead.iter()
+            .map(|r| r.job.headers.get(UNREADABLE_HEADERS).cloned())
+            .collect::<Vec<_>>(),
+        [Some("[1, 2]".to_owned()), None]
+    );
+    assert!(dead.iter().all(|r| r.last_error.is_some()));
     // Gone for good: the next claim finds nothing, and does not fail.
     let again = broker
         .fetch(FetchRequest::one("q", 10, Duration::from_secs(30)))
