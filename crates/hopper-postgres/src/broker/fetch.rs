@@ -2,7 +2,9 @@
 //! the reaper of expired leases when it is due (see claim.sql).
 
 use hopper_core::job::to_millis;
-use hopper_core::{Error, FetchRequest, Fetched, Job, LeaseId, Millis, Result};
+use hopper_core::{
+    Error, FetchRequest, Fetched, Job, JobId, LeaseId, Millis, Outcome, Result, Settlement,
+};
 use sqlx::Row;
 
 use super::rows::job_from_row;
@@ -33,7 +35,7 @@ impl PgBroker {
         let ttl = request.lease_ttl.as_millis() as i64;
         // The claim statement carries the reaper when it is due (see claim.sql).
         let reap = self.inner.reap_pace.due(now_hint);
-        let (mut jobs, mut next_due, reaped) = claim(
+        let (mut jobs, mut next_due, reaped, mut unreadable) = claim(
             &self.inner.sql.claim,
             &mut held,
             &queues,
@@ -57,7 +59,7 @@ impl PgBroker {
                         (n - jobs.iter().filter(|j| &j.queue == q).count() as i32).max(0)
                     })
                     .collect();
-                let (more, due, _) = claim(
+                let (more, due, _, more_unreadable) = claim(
                     &self.inner.sql.claim,
                     &mut held,
                     &queues,
@@ -69,8 +71,13 @@ impl PgBroker {
                 )
                 .await?;
                 jobs.extend(more);
+                unreadable.extend(more_unreadable);
                 next_due = due;
             }
+        }
+        drop(held);
+        if !unreadable.is_empty() {
+            self.bury(lease, unreadable).await?;
         }
         self.count_claims(jobs.len());
         jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.run_at, j.id));
@@ -82,8 +89,35 @@ impl PgBroker {
     }
 }
 
+impl PgBroker {
+    /// Dead-letters claimed rows that cannot be read as jobs (a column another program
+    /// wrote out of range), with the reason, and logs each: they must neither fail every
+    /// claim that reaches them nor come back.
+    async fn bury(&self, lease: LeaseId, rows: Vec<Unreadable>) -> Result<()> {
+        let mut dead = Vec::with_capacity(rows.len());
+        for row in rows {
+            tracing::error!(job = row.id, queue = %row.queue, reason = %row.reason,
+                "dead-lettered a row that cannot be read as a job");
+            dead.push(Settlement {
+                job: JobId(row.id),
+                lease,
+                outcome: Outcome::DeadLetter { error: row.reason },
+            });
+        }
+        self.settle_jobs(dead).await.map(drop)
+    }
+}
+
+/// A claimed row that cannot be read as a job, and why.
+struct Unreadable {
+    id: i64,
+    queue: String,
+    reason: String,
+}
+
 /// Runs claim.sql once: the jobs claimed under `lease`, the next due time when fewer than
-/// asked were claimed, and whether the reaper (run when `reap`) returned jobs to pending.
+/// asked were claimed, whether the reaper (run when `reap`) returned jobs to pending, and
+/// the claimed rows that cannot be read as jobs.
 #[allow(clippy::too_many_arguments)]
 async fn claim(
     sql: &str,
@@ -94,7 +128,7 @@ async fn claim(
     lease: LeaseId,
     ttl_ms: i64,
     reap: bool,
-) -> Result<(Vec<Job>, Option<Millis>, bool)> {
+) -> Result<(Vec<Job>, Option<Millis>, bool, Vec<Unreadable>)> {
     let asked: i64 = limits.iter().map(|&n| i64::from(n)).sum();
     let rows = sqlx::query(sql)
         .bind(queues)
@@ -115,15 +149,27 @@ async fn claim(
     };
     // Kind 0 is a claimed job, 1 the next due time, 2 how many jobs the reaper returned.
     let mut jobs = Vec::with_capacity(rows.len());
-    let (mut next_due, mut reaped) = (None, false);
+    let (mut next_due, mut reaped, mut unreadable) = (None, false, Vec::new());
     for row in &rows {
         let kind: i16 = row.try_get(9).map_err(db_err("decoding claimed jobs"))?;
         let extra: Option<i64> = row.try_get(10).map_err(db_err("decoding claimed jobs"))?;
         match kind {
-            0 => jobs.push(job_from_row(row, lease).map_err(db_err("decoding claimed jobs"))?),
+            0 => match job_from_row(row, lease) {
+                Ok(job) => jobs.push(job),
+                Err(e) => unreadable.push(Unreadable {
+                    id: row.try_get(0).map_err(db_err("decoding claimed jobs"))?,
+                    queue: row.try_get(1).map_err(db_err("decoding claimed jobs"))?,
+                    reason: match e {
+                        sqlx::Error::ColumnDecode { index, source } => {
+                            format!("the row cannot be read as a job: column {index}: {source}")
+                        }
+                        other => format!("the row cannot be read as a job: {other}"),
+                    },
+                }),
+            },
             1 => next_due = extra,
             _ => reaped = true,
         }
     }
-    Ok((jobs, next_due, reaped))
+    Ok((jobs, next_due, reaped, unreadable))
 }

@@ -16,7 +16,10 @@ pub(super) fn job_from_row(row: &PgRow, lease: LeaseId) -> Result<Job, sqlx::Err
 fn read_job(row: &PgRow, lease: LeaseId, strict: bool) -> Result<Job, sqlx::Error> {
     let headers: Option<String> = row.try_get(7)?;
     let headers = if strict {
-        headers_from_json(headers.as_deref()).map_err(|e| sqlx::Error::Decode(Box::new(e)))?
+        headers_from_json(headers.as_deref()).map_err(|e| sqlx::Error::ColumnDecode {
+            index: "headers".into(),
+            source: Box::new(e),
+        })?
     } else {
         headers_for_record(headers.as_deref())
     };

@@ -1,8 +1,11 @@
-//! A dead letter whose stored headers are not an object of strings (written by another
-//! program) is listed with the others, its headers shown as they were stored, instead of
-//! failing the whole list.
+//! Rows whose stored headers are not an object of strings (written by another program): a
+//! pending one is dead-lettered by the claim that meets it, and a dead one is listed with
+//! the others, its headers shown as they were stored, instead of failing the whole list.
+
+use std::time::Duration;
 
 use hopper_core::job::UNREADABLE_HEADERS;
+use hopper_core::{FetchRequest, NewJob};
 use sqlx::Connection;
 
 use super::support::{broker_with, url};
@@ -40,4 +43,44 @@ async fn a_dead_letter_with_unreadable_headers_is_listed_with_the_rest() {
             (Some("second".into()), None, Some("2".into())),
         ]
     );
+}
+
+/// A pending row whose headers cannot be read is dead-lettered by the claim that meets it,
+/// with the column and the reason, and the claim serves the rest.
+#[tokio::test]
+async fn an_unreadable_pending_row_is_dead_lettered_and_the_rest_served() {
+    let (broker, pg) = broker_with(|o| o.listen(false)).await;
+    let good = (0..3).map(|i| NewJob::json("q", &i).unwrap()).collect();
+    broker.enqueue(good).await.unwrap();
+    let mut raw = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let insert = format!(
+        "INSERT INTO {}.hopper_jobs (queue, priority, run_at, max_attempts, payload, headers,
+                                     created_at)
+         VALUES ('q', 5, 0, 25, '\\x31', '{{\"n\": 1}}', 0)",
+        pg.schema()
+    );
+    sqlx::raw_sql(&insert).execute(&mut raw).await.unwrap();
+    let _ = raw.close().await;
+
+    let fetched = broker
+        .fetch(FetchRequest::one("q", 10, Duration::from_secs(30)))
+        .await
+        .expect("a claim with an unreadable row in it still succeeds");
+    let mut payloads: Vec<String> = fetched
+        .jobs
+        .iter()
+        .map(|j| String::from_utf8(j.payload.clone()).unwrap())
+        .collect();
+    payloads.sort();
+    assert_eq!(payloads, ["0", "1", "2"]);
+    let counts = broker.counts("q").await.unwrap();
+    assert_eq!((counts.leased, counts.dead, counts.pending), (3, 1, 0));
+    let dead = broker.dead_letters("q", 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    let error = dead[0].last_error.clone().unwrap_or_default();
+    assert!(
+        error.starts_with("the row cannot be read as a job: column headers:"),
+        "{error}"
+    );
+    assert_eq!(dead[0].job.headers[UNREADABLE_HEADERS], "{\"n\": 1}");
 }
