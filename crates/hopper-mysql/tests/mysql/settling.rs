@@ -290,10 +290,11 @@ async fn a_connection_the_server_closed_is_replaced() {
         .unwrap();
         assert!(!ids.is_empty(), "the broker holds a connection");
         for id in ids {
-            sqlx::query(&format!("KILL CONNECTION {id}"))
+            // A connection may end between the list and the kill (another test's cleanup
+            // on the same server, say): "unknown thread id" is not a failure here.
+            let _ = sqlx::query(&format!("KILL CONNECTION {id}"))
                 .execute(&mut admin)
-                .await
-                .unwrap();
+                .await;
         }
         admin.close().await.unwrap();
     };
