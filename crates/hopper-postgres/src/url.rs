@@ -4,7 +4,6 @@
 use std::str::FromStr;
 
 use hopper_core::{ConfigError, Error, Result, redact_url as redact};
-use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 #[derive(Debug, Clone)]
@@ -54,9 +53,6 @@ impl BrokerUrl {
     }
 
     pub(crate) async fn connect(&self) -> Result<PgConnection> {
-        self.options
-            .connect()
-            .await
-            .map_err(|e| Error::broker(format!("cannot connect to {}", self.shown), e))
+        crate::conn::connect(&self.options, &self.shown).await
     }
 }

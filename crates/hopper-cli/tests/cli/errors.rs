@@ -78,3 +78,42 @@ fn a_broker_failure_is_printed_with_its_cause() {
     );
     assert_eq!(err.matches("does not exist").count(), 1, "{err}");
 }
+
+/// A server that accepts the connection and never answers: PostgreSQL, MySQL and AMQP URLs
+/// pointed at it fail after the connect timeout (10 s) naming host and port, instead of
+/// hanging. The three run at once.
+#[test]
+fn a_server_that_never_answers_is_named_after_the_connect_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts and holds every connection, writing nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let urls = [
+        format!("postgres://app:s3cret@127.0.0.1:{port}/jobs"),
+        format!("mysql://app:s3cret@127.0.0.1:{port}/jobs"),
+        format!("amqp://app:s3cret@127.0.0.1:{port}/%2f"),
+    ];
+    let runs: Vec<_> = urls
+        .iter()
+        .map(|url| {
+            let url = url.clone();
+            std::thread::spawn(move || refused(&["load", "--broker", &url, "--jobs", "1"]))
+        })
+        .collect();
+    for (url, run) in urls.iter().zip(runs) {
+        let err = run.join().unwrap();
+        let shown = url.replace("s3cret", "***");
+        // `hopper load` adds `declare=true` to an AMQP URL.
+        assert!(
+            err.contains(&format!("cannot connect to {shown}"))
+                && err.contains("no answer within 10 s"),
+            "{url}: {err}"
+        );
+        assert!(!err.contains("s3cret"), "{err}");
+    }
+}
