@@ -102,6 +102,16 @@ pub async fn fetch_request(broker: &Arc<dyn Broker>, request: FetchRequest) -> F
 }
 
 /// The ids of `jobs`, in order.
+/// The payloads of `jobs` as text, sorted: what a claim returned, whatever its order.
+pub fn sorted_payloads(jobs: &[Job]) -> Vec<String> {
+    let mut payloads: Vec<String> = jobs
+        .iter()
+        .map(|j| String::from_utf8_lossy(&j.payload).into_owned())
+        .collect();
+    payloads.sort();
+    payloads
+}
+
 pub fn ids(jobs: &[Job]) -> Vec<JobId> {
     jobs.iter().map(|j| j.id).collect()
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use hopper_core::job::UNREADABLE_HEADERS;
 use hopper_core::{Budget, FetchRequest, NewJob};
+use hopper_testkit::helpers::sorted_payloads;
 use sqlx::Connection;
 
 use super::support::broker_with;
@@ -40,13 +41,7 @@ async fn an_unreadable_row_is_dead_lettered_and_the_rest_served() {
         })
         .await
         .expect("a claim with an unreadable row in it still succeeds");
-    let mut payloads: Vec<String> = fetched
-        .jobs
-        .iter()
-        .map(|j| String::from_utf8(j.payload.clone()).unwrap())
-        .collect();
-    payloads.sort();
-    assert_eq!(payloads, ["0", "1", "2", "9"]);
+    assert_eq!(sorted_payloads(&fetched.jobs), ["0", "1", "2", "9"]);
 
     let counts = broker.counts("q").await.unwrap();
     assert_eq!((counts.leased, counts.dead, counts.pending), (3, 1, 0));

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use hopper_core::job::UNREADABLE_HEADERS;
 use hopper_core::{FetchRequest, NewJob};
+use hopper_testkit::helpers::sorted_payloads;
 use sqlx::Connection;
 
 use super::support::{broker_with, url};
@@ -66,13 +67,7 @@ async fn an_unreadable_pending_row_is_dead_lettered_and_the_rest_served() {
         .fetch(FetchRequest::one("q", 10, Duration::from_secs(30)))
         .await
         .expect("a claim with an unreadable row in it still succeeds");
-    let mut payloads: Vec<String> = fetched
-        .jobs
-        .iter()
-        .map(|j| String::from_utf8(j.payload.clone()).unwrap())
-        .collect();
-    payloads.sort();
-    assert_eq!(payloads, ["0", "1", "2"]);
+    assert_eq!(sorted_payloads(&fetched.jobs), ["0", "1", "2"]);
     let counts = broker.counts("q").await.unwrap();
     assert_eq!((counts.leased, counts.dead, counts.pending), (3, 1, 0));
     let dead = broker.dead_letters("q", 10).await.unwrap();

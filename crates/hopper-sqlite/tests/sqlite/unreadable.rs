@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use hopper_core::job::UNREADABLE_HEADERS;
 use hopper_core::{Broker, Budget, FetchRequest, NewJob};
+use hopper_testkit::helpers::sorted_payloads;
 
 use super::support::{TempDb, open_tokio};
 
@@ -37,13 +38,7 @@ async fn unreadable_rows_are_dead_lettered_and_the_rest_served() {
         })
         .await
         .expect("a claim with unreadable rows in it still succeeds");
-    let mut payloads: Vec<String> = fetched
-        .jobs
-        .iter()
-        .map(|j| String::from_utf8(j.payload.clone()).unwrap())
-        .collect();
-    payloads.sort();
-    assert_eq!(payloads, ["0", "1", "2", "9"]);
+    assert_eq!(sorted_payloads(&fetched.jobs), ["0", "1", "2", "9"]);
 
     let counts = broker.counts("q").await.unwrap();
     assert_eq!((counts.leased, counts.dead, counts.pending), (3, 2, 0));
