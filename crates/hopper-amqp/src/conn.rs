@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hopper_core::{CONNECT_TIMEOUT, Error, Result, within_wall_clock};
+use hopper_core::{Error, Result, connect_within};
 use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
@@ -85,15 +85,10 @@ impl Link {
         if let Some(name) = &self.name {
             props = props.with_connection_name(name.as_str().into());
         }
-        match within_wall_clock(CONNECT_TIMEOUT, Connection::connect(&self.url, props)).await {
-            Some(Ok(conn)) => Ok(Arc::new(conn)),
-            Some(Err(e)) => Err(amqp_err(format!("connecting to {}", self.redacted), e)),
-            None => Err(Error::broker_msg(format!(
-                "cannot connect to {}: no answer within {} s",
-                self.redacted,
-                CONNECT_TIMEOUT.as_secs()
-            ))),
-        }
+        let conn = connect_within(&self.redacted, Connection::connect(&self.url, props))
+            .await?
+            .map_err(|e| amqp_err(format!("connecting to {}", self.redacted), e))?;
+        Ok(Arc::new(conn))
     }
 
     /// The current connection, or a new one (one attempt) when there is none or it broke.

@@ -84,7 +84,7 @@ pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// thread of its own rather than a tokio timer: on tokio's paused clock, as tests run, a
 /// timer would fire the moment the runtime waits on the network. The thread ends as soon
 /// as `f` does.
-pub async fn within_wall_clock<F: std::future::Future>(
+async fn within_wall_clock<F: std::future::Future>(
     limit: std::time::Duration,
     f: F,
 ) -> Option<F::Output> {
@@ -101,6 +101,21 @@ pub async fn within_wall_clock<F: std::future::Future>(
     };
     drop(done);
     out
+}
+
+/// Runs a connect, `f`, for at most [`CONNECT_TIMEOUT`] of wall-clock time (see
+/// [`within_wall_clock`]): its own result, or the error that names `shown_url` (password
+/// hidden) as not answering. Every broker's connections go through here.
+pub async fn connect_within<T, E>(
+    shown_url: &str,
+    f: impl std::future::Future<Output = std::result::Result<T, E>>,
+) -> crate::Result<std::result::Result<T, E>> {
+    within_wall_clock(CONNECT_TIMEOUT, f).await.ok_or_else(|| {
+        crate::Error::broker_msg(format!(
+            "cannot connect to {shown_url}: no answer within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        ))
+    })
 }
 
 #[cfg(test)]

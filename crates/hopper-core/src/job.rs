@@ -205,6 +205,12 @@ pub fn headers_from_json(
     text.map_or(Ok(BTreeMap::new()), serde_json::from_str)
 }
 
+/// The error a claim dead-letters a stored row with when the row cannot be read as a job
+/// (a column another program wrote out of range): `why` names the column.
+pub fn unreadable_row(why: impl std::fmt::Display) -> String {
+    format!("the row cannot be read as a job: {why}")
+}
+
 /// The header under which a job record shows stored headers that are not a JSON object of
 /// strings (written by another program), as they were stored: listing dead letters, where
 /// such a row ends, must show it among the others rather than fail.

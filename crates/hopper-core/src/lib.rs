@@ -28,7 +28,7 @@ pub use broker::{
     Broker, Budget, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched, JobRecord,
     JobState, Outcome, QueueCounts, SettleReport, Settlement,
 };
-pub use clock::{CONNECT_TIMEOUT, Clock, within_wall_clock};
+pub use clock::{CONNECT_TIMEOUT, Clock, connect_within};
 pub use error::{Chain, ConfigError, Error, Result};
 pub use job::{Job, JobCopy, JobId, LeaseId, Millis, NewJob, RunAt};
 pub use memory::MemoryBroker;

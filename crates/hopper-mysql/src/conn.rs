@@ -24,7 +24,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use hopper_core::{CONNECT_TIMEOUT, Error, Result, within_wall_clock};
+use hopper_core::{Error, Result, connect_within};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
 use sqlx::{ConnectOptions, Connection, Executor};
 use tokio::sync::{Mutex, MutexGuard};
@@ -251,16 +251,9 @@ pub(crate) async fn open(
     options: &MySqlConnectOptions,
     shown_url: &str,
 ) -> Result<MySqlConnection> {
-    let mut conn = match within_wall_clock(CONNECT_TIMEOUT, options.connect()).await {
-        Some(Ok(conn)) => conn,
-        Some(Err(e)) => return Err(Error::broker(format!("cannot connect to {shown_url}"), e)),
-        None => {
-            return Err(Error::broker_msg(format!(
-                "cannot connect to {shown_url}: no answer within {} s",
-                CONNECT_TIMEOUT.as_secs()
-            )));
-        }
-    };
+    let mut conn = connect_within(shown_url, options.connect())
+        .await?
+        .map_err(|e| Error::broker(format!("cannot connect to {shown_url}"), e))?;
     conn.execute(sqlx::raw_sql(sql::SESSION.as_str()))
         .await
         .map_err(|e| Error::broker(format!("setting up a session on {shown_url}"), e))?;

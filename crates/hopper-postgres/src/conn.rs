@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use hopper_core::{CONNECT_TIMEOUT, Error, Result, within_wall_clock};
+use hopper_core::{Error, Result, connect_within};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{Mutex, MutexGuard};
@@ -72,18 +72,13 @@ pub(crate) fn is_connection_error(e: &sqlx::Error) -> bool {
     )
 }
 
-/// Opens one connection, giving up after [`CONNECT_TIMEOUT`]: a server that accepts the
+/// Opens one connection, giving up after `CONNECT_TIMEOUT`: a server that accepts the
 /// connection and never answers must not hang the caller. Errors name the URL, password
 /// hidden.
 pub(crate) async fn connect(options: &PgConnectOptions, shown_url: &str) -> Result<PgConnection> {
-    match within_wall_clock(CONNECT_TIMEOUT, options.connect()).await {
-        Some(Ok(conn)) => Ok(conn),
-        Some(Err(e)) => Err(Error::broker(format!("cannot connect to {shown_url}"), e)),
-        None => Err(Error::broker_msg(format!(
-            "cannot connect to {shown_url}: no answer within {} s",
-            CONNECT_TIMEOUT.as_secs()
-        ))),
-    }
+    connect_within(shown_url, options.connect())
+        .await?
+        .map_err(|e| Error::broker(format!("cannot connect to {shown_url}"), e))
 }
 
 impl Connections {

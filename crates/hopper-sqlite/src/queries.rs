@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashSet};
 
-use hopper_core::job::{headers_for_record, headers_from_json};
+use hopper_core::job::{headers_for_record, headers_from_json, unreadable_row};
 use hopper_core::{
     Budget, CancelOutcome, Job, JobId, JobRecord, JobState, LeaseId, Millis, NewJob, Outcome,
     QueueCounts, SettleReport, Settlement,
@@ -373,7 +373,7 @@ fn candidate_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Job, Unreadable>
             Ok(Err(Unreadable {
                 id: row.get(0)?,
                 queue: row.get(1)?,
-                reason: format!("the row cannot be read as a job: {why}"),
+                reason: unreadable_row(why),
             }))
         }
     }

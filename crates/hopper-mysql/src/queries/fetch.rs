@@ -5,6 +5,7 @@
 use std::cmp::Reverse;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use hopper_core::job::unreadable_row;
 use hopper_core::{Job, LeaseId, Millis};
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
@@ -156,9 +157,9 @@ async fn bury(
     let queue: String = row.try_get_unchecked(1)?;
     let reason = match e {
         sqlx::Error::ColumnDecode { index, source } => {
-            format!("the row cannot be read as a job: column {index}: {source}")
+            unreadable_row(format_args!("column {index}: {source}"))
         }
-        other => format!("the row cannot be read as a job: {other}"),
+        other => unreadable_row(other),
     };
     sqlx::query(&sql::BURY_PENDING)
         .bind(&reason)

@@ -1,7 +1,7 @@
 //! Fetching: one claim statement takes every queue's budget under a new lease, and carries
 //! the reaper of expired leases when it is due (see claim.sql).
 
-use hopper_core::job::to_millis;
+use hopper_core::job::{to_millis, unreadable_row};
 use hopper_core::{
     Error, FetchRequest, Fetched, Job, JobId, LeaseId, Millis, Outcome, Result, Settlement,
 };
@@ -161,9 +161,9 @@ async fn claim(
                     queue: row.try_get(1).map_err(db_err("decoding claimed jobs"))?,
                     reason: match e {
                         sqlx::Error::ColumnDecode { index, source } => {
-                            format!("the row cannot be read as a job: column {index}: {source}")
+                            unreadable_row(format_args!("column {index}: {source}"))
                         }
-                        other => format!("the row cannot be read as a job: {other}"),
+                        other => unreadable_row(other),
                     },
                 }),
             },

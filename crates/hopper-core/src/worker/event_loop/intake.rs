@@ -95,6 +95,12 @@ pub(super) struct Intake {
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 
+/// `avg` with `sample` taken in at 30%, the weight every round-trip average here gives the
+/// newest; the sample alone when there is no average yet.
+fn moving_average(avg: Option<Duration>, sample: Duration) -> Duration {
+    avg.map_or(sample, |avg| avg.mul_f64(0.7) + sample.mul_f64(0.3))
+}
+
 impl Intake {
     pub(super) fn new(mode: Mode, wake: Option<watch::Receiver<u64>>) -> Self {
         Intake {
@@ -316,10 +322,7 @@ impl Intake {
     fn answered<T>(&mut self, result: Result<T>, sent: Sent) -> Option<T> {
         self.in_flight -= 1;
         let rtt = sent.at.elapsed();
-        self.rtt = Some(match self.rtt {
-            None => rtt,
-            Some(avg) => avg.mul_f64(0.7) + rtt.mul_f64(0.3),
-        });
+        self.rtt = Some(moving_average(self.rtt, rtt));
         if sent.jobs > 2 * self.largest_ask {
             // Far larger than any before: the times so far do not compare.
             (self.per_fetch, self.per_fetch_min) = (None, None);
@@ -327,10 +330,7 @@ impl Intake {
         self.largest_ask = self.largest_ask.max(sent.jobs);
         if 2 * sent.jobs >= self.largest_ask {
             let own = rtt / (sent.beside as u32 + 1);
-            self.per_fetch = Some(match self.per_fetch {
-                None => own,
-                Some(avg) => avg.mul_f64(0.7) + own.mul_f64(0.3),
-            });
+            self.per_fetch = Some(moving_average(self.per_fetch, own));
             self.per_fetch_min = Some(self.per_fetch_min.map_or(own, |m| m.min(own)));
         }
         match result {
