@@ -21,6 +21,8 @@ use crate::prefetch::{AutoSizer, Prefetch};
 use crate::worker::stats::{WorkerStats, push_size};
 use crate::worker::{IN_PROCESS_HANDOFFS, MAX_FETCHES_IN_FLIGHT};
 
+mod ahead;
+
 /// What one fetch asked for: (queue index, jobs) per queue.
 pub(super) type Asked = Vec<(usize, usize)>;
 
@@ -73,8 +75,11 @@ pub(super) struct Intake {
     /// in flight when it was sent (what it may have waited behind), as a moving average
     /// in which the newest weighs 30%: the broker's own delay, not ours.
     per_fetch: Option<Duration>,
-    /// The shortest of those: the distance to the broker with nothing queued there.
+    /// The shortest of those: the broker's delay with nothing queued there.
     per_fetch_min: Option<Duration>,
+    /// The shortest whole round trip of a timed fetch: the distance to the broker, which
+    /// `rtt` stays near when fetches side by side are answered side by side.
+    rtt_min: Option<Duration>,
     /// The most jobs one fetch asked for. Only fetches of at least half as many are timed
     /// for [`Intake::queued`]: a claim's time grows with its size (on MySQL above all), so
     /// the first small fetches would otherwise set a shortest time later fetches never see.
@@ -110,6 +115,7 @@ impl Intake {
             rtt: None,
             per_fetch: None,
             per_fetch_min: None,
+            rtt_min: None,
             largest_ask: 0,
             retry_at: None,
             backoff: FIRST_BACKOFF,
@@ -128,59 +134,6 @@ impl Intake {
     #[inline]
     pub(super) fn in_process(&self) -> bool {
         self.mode == Mode::InProcess
-    }
-
-    /// Jobs the slots of `q` complete in two fetch round trips, which a pulled queue with
-    /// the default window or `Prefetch::Auto` fetches ahead of its slots so that they never
-    /// wait on the network: 2 × concurrency × round trip ÷ time per job, at most one fetch
-    /// for each fetch past the first that may be in flight. Two round trips, not one: the
-    /// next fetch goes out once half a fetch of room is free, so what is buffered and
-    /// coming must last a round trip from then. 0 until a fetch and a job were timed, for
-    /// any other broker or policy, and for batch and `pop_ahead` queues, which keep their
-    /// own rules (docs/design.md, "Round trips in flight"). Auto's job time is its own
-    /// average, and it fetches ahead by whole fetches of its current size; the default
-    /// window's job time is the last timed hand-off's.
-    #[inline]
-    pub(super) fn ahead(&self, q: &QueueState, job_time: Option<Duration>) -> usize {
-        let auto = q.sizer.as_ref();
-        if self.mode != Mode::Pulled
-            || (q.opts.prefetch.is_some() && auto.is_none())
-            || q.opts.batch.is_some()
-            || q.opts.pop_ahead
-        {
-            return 0;
-        }
-        let job_time = match auto {
-            Some(sizer) => sizer.average(),
-            None => job_time,
-        };
-        let (Some(rtt), Some(per_job)) = (self.rtt, job_time) else {
-            return 0;
-        };
-        let unit = Self::fetch_unit(q);
-        let cap = unit * (MAX_FETCHES_IN_FLIGHT - 1);
-        if per_job.is_zero() {
-            return cap;
-        }
-        let covered = 2 * q.opts.concurrency as u128 * rtt.as_nanos();
-        if auto.is_some() {
-            // Whole fetches, rounded down: where the round trip is short against the work
-            // (less than a fetch's worth), Auto keeps one fetch at a time and its sizes
-            // stay exactly those of its rule.
-            let fetches = covered / (per_job.as_nanos() * unit as u128);
-            return fetches.min(MAX_FETCHES_IN_FLIGHT as u128 - 1) as usize * unit;
-        }
-        covered.div_ceil(per_job.as_nanos()).min(cap as u128) as usize
-    }
-
-    /// The most one fetch of `q` asks for when it fetches ahead: Auto's current size, else
-    /// `max_batch`.
-    #[inline]
-    fn fetch_unit(q: &QueueState) -> usize {
-        q.sizer
-            .as_ref()
-            .map_or(q.opts.max_batch, AutoSizer::size)
-            .min(q.opts.max_batch)
     }
 
     /// The most jobs `q` may hold unsettled, buffered plus handed off. `job_time` is the
@@ -251,38 +204,6 @@ impl Intake {
         policy.min(room).min(q.opts.max_batch)
     }
 
-    /// Whether fetches wait at the broker behind others' work: their round trip, less what
-    /// this worker's own fetches sent before them explain (a fetch sent beside two others
-    /// may take three times as long), has grown past three times the shortest seen. Then
-    /// another fetch beside those in flight would only queue there and, with several
-    /// workers on one table, contend with their claims, so none is sent until the round
-    /// trip comes down. A worker alone, whose own fetches queue behind each other, keeps
-    /// them all in flight.
-    #[inline]
-    fn queued(&self) -> bool {
-        matches!((self.per_fetch, self.per_fetch_min), (Some(avg), Some(min)) if avg > 3 * min)
-    }
-
-    /// How many jobs a queue that fetches ahead asks for: what its window has room for,
-    /// counting what fetches in flight will bring, once that room is half a fetch, or at
-    /// once when its slots would otherwise run dry before the fetches in flight arrive.
-    /// Beside a fetch in flight only while the last one came back full.
-    #[inline]
-    fn want_ahead(q: &QueueState, window: usize) -> usize {
-        if q.asked > 0 && !q.full {
-            // Not known to have a backlog (just woken, say): one fetch finds out first.
-            return 0;
-        }
-        let room = window.saturating_sub(q.buffer.len() + q.in_handoffs + q.asked);
-        let full = window.min(Self::fetch_unit(q));
-        let free = q.opts.concurrency.saturating_sub(q.busy);
-        let starving = q.buffer.len() + q.asked < free;
-        if room == 0 || (!starving && room < full.div_ceil(2)) {
-            return 0;
-        }
-        room.min(Self::fetch_unit(q))
-    }
-
     /// Whether a fetch of `want` for `q` would be a top-up worth holding back: part of the
     /// window is free while the rest is still held. Claiming each freed slot at once makes
     /// fetches alternate between nearly the whole window and one job (50 1 49 1 …), which
@@ -322,17 +243,7 @@ impl Intake {
     fn answered<T>(&mut self, result: Result<T>, sent: Sent) -> Option<T> {
         self.in_flight -= 1;
         let rtt = sent.at.elapsed();
-        self.rtt = Some(moving_average(self.rtt, rtt));
-        if sent.jobs > 2 * self.largest_ask {
-            // Far larger than any before: the times so far do not compare.
-            (self.per_fetch, self.per_fetch_min) = (None, None);
-        }
-        self.largest_ask = self.largest_ask.max(sent.jobs);
-        if 2 * sent.jobs >= self.largest_ask {
-            let own = rtt / (sent.beside as u32 + 1);
-            self.per_fetch = Some(moving_average(self.per_fetch, own));
-            self.per_fetch_min = Some(self.per_fetch_min.map_or(own, |m| m.min(own)));
-        }
+        self.time(rtt, sent);
         match result {
             Ok(f) => {
                 self.backoff = FIRST_BACKOFF;
