@@ -13,6 +13,7 @@ mod core {
     mod safety;
     mod suite;
     pub mod support;
+    mod timeout;
     mod top_up;
     mod topics;
     mod worker_suite;

@@ -198,6 +198,13 @@ impl WorkerBuilder {
                     "a window of 1 or more (or `slots`, `auto`)",
                 ));
             }
+            if o.timeout == Some(Duration::ZERO) {
+                return Err(ConfigError::new(
+                    format!("timeout of queue {}", q.name),
+                    "0 s",
+                    "more than zero (or no timeout)",
+                ));
+            }
             if let Some((size, _)) = o.batch {
                 if size == 0 {
                     return Err(ConfigError::new(

@@ -15,6 +15,7 @@ pub struct QueueOptions {
     pub(crate) max_batch: usize,
     pub(crate) pop_ahead: bool,
     pub(crate) batch: Option<(usize, Duration)>,
+    pub(crate) timeout: Option<Duration>,
 }
 
 impl Default for QueueOptions {
@@ -25,6 +26,7 @@ impl Default for QueueOptions {
             max_batch: DEFAULT_MAX_BATCH,
             pop_ahead: false,
             batch: None,
+            timeout: None,
         }
     }
 }
@@ -64,6 +66,16 @@ impl QueueOptions {
     /// For batch handlers: a batch closes at `size` jobs or `wait` after its first job.
     pub fn batch(mut self, size: usize, wait: Duration) -> Self {
         self.batch = Some((size, wait));
+        self
+    }
+
+    /// How long one attempt may run: a handler (or a batch) still running `limit` after
+    /// it started is stopped (its future dropped), and the attempt fails with "timed out
+    /// after …", retried with backoff like any failure and dead-lettered after the last.
+    /// Off by default. A handler stopped this way stops at its next `.await`: one that
+    /// blocks its thread cannot be stopped, so keep blocking work in `spawn_blocking`.
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
         self
     }
 

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::handler::{
-    ErasedBatchHandler, ErrorKind, JobResult, OneHandler, panic_message, run_caught,
+    ErasedBatchHandler, ErrorKind, JobError, JobResult, OneHandler, panic_message, run_caught,
 };
 use crate::broker::Outcome;
 use crate::job::{Job, JobId, LeaseId};
@@ -40,7 +40,7 @@ pub(crate) struct Handoff {
 #[derive(Debug, Default)]
 struct HandoffState {
     waiting: VecDeque<Job>,
-    running: Option<(JobId, LeaseId)>,
+    running: Option<Started>,
     /// An empty buffer for the task's results, kept from an earlier hand-off.
     done: Vec<Done>,
 }
@@ -72,7 +72,7 @@ impl Handoff {
     fn start_next(&self) -> Option<Job> {
         let mut st = self.state();
         let job = st.waiting.pop_front();
-        st.running = job.as_ref().map(|j| (j.id, j.lease));
+        st.running = job.as_ref().map(Started::of);
         job
     }
 
@@ -112,8 +112,27 @@ impl Handoff {
     }
 
     /// The job running now, if any.
-    pub(crate) fn running(&self) -> Option<(JobId, LeaseId)> {
+    pub(crate) fn running(&self) -> Option<Started> {
         self.state().running
+    }
+}
+
+/// A job whose handler has started: what settling it without its handler needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Started {
+    pub(crate) id: JobId,
+    pub(crate) lease: LeaseId,
+    /// Its attempt and most attempts, as [`outcome_of`] takes them.
+    pub(crate) attempts: (u32, u32),
+}
+
+impl Started {
+    pub(crate) fn of(job: &Job) -> Self {
+        Started {
+            id: job.id,
+            lease: job.lease,
+            attempts: (job.attempt, job.max_attempts),
+        }
     }
 }
 
@@ -262,6 +281,8 @@ pub(crate) struct PoolContext {
     /// Per queue: whether each job is timed (`Done::took`); only the Auto rule reads it,
     /// so other queues skip a clock read per job.
     pub(crate) timed: Vec<bool>,
+    /// Per queue: how long one attempt may run ([`QueueOptions::timeout`]).
+    pub(crate) timeouts: Vec<Option<Duration>>,
     pub(crate) retry: RetryPolicy,
     /// Where a pool task reports what it finished; `false` once nobody listens.
     pub(crate) report: Box<dyn Fn(TaskReport) -> bool + Send + Sync>,
@@ -273,6 +294,20 @@ pub(crate) struct TaskReport {
     pub(crate) done: Vec<Done>,
     /// From the hand-off to the end of the last job.
     pub(crate) elapsed: Duration,
+}
+
+/// Runs a handler's future to its end, a panic caught as its message; or, with a
+/// `limit`, until then at most, when the future is dropped and the error says so.
+async fn run_limited<F: Future>(
+    fut: F,
+    limit: Option<Duration>,
+) -> Result<Result<F::Output, String>, String> {
+    let Some(limit) = limit else {
+        return Ok(run_caught(fut).await);
+    };
+    tokio::time::timeout(limit, run_caught(fut))
+        .await
+        .map_err(|_| format!("timed out after {limit:?}"))
 }
 
 /// Turns a handler's result into the settlement the broker gets.
@@ -350,10 +385,14 @@ pub(crate) async fn run_handoff<H: OneHandler>(
         let outcome = match catch_unwind(AssertUnwindSafe(|| handler.call(job))) {
             Ok(Ok(fut)) => {
                 let fut = pin!(fut);
+                let limit = ctx.timeouts[handoff.queue];
                 let result = match timing {
-                    Some((gauge, called)) => run_caught(Timed::new(fut, gauge, called)).await,
-                    None => run_caught(fut).await,
+                    Some((gauge, called)) => {
+                        run_limited(Timed::new(fut, gauge, called), limit).await
+                    }
+                    None => run_limited(fut, limit).await,
                 };
+                let result = result.unwrap_or_else(|limit| Ok(Err(JobError::retry(limit))));
                 outcome_of(attempts, result, &ctx.retry)
             }
             Ok(Err(error)) => Outcome::DeadLetter { error },
@@ -400,7 +439,10 @@ async fn run_batch(ctx: &PoolContext, queue: usize, jobs: Vec<Job>, since: Insta
             took: Duration::ZERO,
         });
     }
-    let results = run_caught(fut).await;
+    let results = match run_limited(fut, ctx.timeouts[queue]).await {
+        Ok(caught) => caught,
+        Err(limit) => Err(limit),
+    };
     let took = since.elapsed() / (kept.len().max(1) as u32);
     match results {
         Ok(results) if results.len() == kept.len() => {
@@ -484,6 +526,7 @@ mod tests {
         let (jobs, done) = h.begin();
         assert_eq!((jobs, done.len(), done.capacity()), (2, 0, kept));
         assert_eq!(h.start_next().map(|j| j.id), Some(JobId(4)));
-        assert_eq!(h.running(), Some((JobId(4), LeaseId(9))));
+        let running = h.running().map(|s| (s.id, s.lease));
+        assert_eq!(running, Some((JobId(4), LeaseId(9))));
     }
 }

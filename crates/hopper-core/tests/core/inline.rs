@@ -89,10 +89,10 @@ impl Drop for DropFlag {
     }
 }
 
-/// The job is released and its handler's future dropped (cancelled) by the time the
-/// shutdown returns, not left to whenever the loop is dropped.
+/// The job's attempt is charged and its handler's future dropped (cancelled) by the time
+/// the shutdown returns, not left to whenever the loop is dropped.
 #[tokio::test(start_paused = true)]
-async fn a_job_running_on_the_event_loop_is_released_when_the_grace_period_ends() {
+async fn a_job_running_on_the_event_loop_is_stopped_when_the_grace_period_ends() {
     let (_, broker) = memory();
     enqueue_n(&broker, "q", 2).await;
     let dropped = Arc::new(Mutex::new(false));
@@ -126,14 +126,14 @@ async fn a_job_running_on_the_event_loop_is_released_when_the_grace_period_ends(
     let t0 = Instant::now();
     let stats = worker.shutdown_with(Duration::from_secs(2)).await;
     assert_eq!(t0.elapsed(), Duration::from_secs(2));
-    assert_eq!((stats.completed, stats.released), (2, 1));
+    assert_eq!((stats.completed, stats.released, stats.retried), (2, 0, 1));
     assert!(
         *dropped.lock().unwrap(),
         "the abandoned handler's future is dropped"
     );
     let rec = broker.job(third).await.unwrap().unwrap();
     assert_eq!(rec.state, JobState::Pending);
-    assert_eq!(rec.job.attempt, 0, "a released job is not charged");
+    assert_eq!(rec.job.attempt, 1, "a stopped handler's attempt is charged");
 }
 
 #[tokio::test(start_paused = true)]

@@ -46,34 +46,6 @@ async fn shutdown_hands_buffered_jobs_back_without_charging_an_attempt() {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_grace_period_ends_with_running_jobs_released() {
-    let (_, broker) = memory();
-    let ids = enqueue_n(&broker, "q", 2).await;
-    let worker = Worker::builder(broker.clone())
-        .queue(
-            "q",
-            QueueOptions::new().concurrency(2),
-            |_job: JobContext<u64>| async {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                Ok(())
-            },
-        )
-        .start()
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    let t0 = Instant::now();
-    let stats = worker.shutdown_with(Duration::from_secs(2)).await;
-    assert_eq!(t0.elapsed(), Duration::from_secs(2));
-    assert_eq!((stats.completed, stats.released), (0, 2));
-    for id in ids {
-        assert_eq!(
-            broker.job(id).await.unwrap().unwrap().state,
-            JobState::Pending
-        );
-    }
-}
-
 /// A [`Remote`] that settles as `settling` says, and the memory broker behind it.
 fn remote_settling(settling: Settling) -> (MemoryBroker, Arc<dyn Broker>) {
     let mut remote = Remote::new(Duration::from_millis(1));
@@ -145,7 +117,7 @@ async fn a_stop_gives_up_on_a_settlement_that_never_returns() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_release_at_the_end_of_the_grace_period_is_counted_when_it_cannot_be_delivered() {
+async fn a_stop_at_the_end_of_the_grace_period_is_counted_when_it_cannot_be_delivered() {
     let (inner, broker) = remote_settling(Settling::FailsWhile(Arc::new(AtomicBool::new(true))));
     let ids = broker
         .enqueue(vec![NewJob::json("q", &1u64).unwrap()])
@@ -166,13 +138,13 @@ async fn a_release_at_the_end_of_the_grace_period_is_counted_when_it_cannot_be_d
     let t0 = Instant::now();
     let stats = worker.shutdown_with(Duration::from_secs(2)).await;
     assert_eq!(t0.elapsed(), Duration::from_secs(2) + STOP_SETTLE_LIMIT);
-    assert_eq!((stats.released, stats.settlements_undelivered), (1, 1));
+    assert_eq!((stats.retried, stats.settlements_undelivered), (1, 1));
     let held = inner.job(ids[0]).await.unwrap().unwrap();
     assert_eq!(
         (held.state, held.job.attempt),
         (JobState::Leased, 1),
-        "the release never reached the broker: the attempt stays charged until the lease \
-         expires"
+        "the failed attempt never reached the broker: the job stays leased until the \
+         lease expires"
     );
 }
 

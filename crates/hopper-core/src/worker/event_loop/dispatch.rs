@@ -13,7 +13,7 @@ use super::tasks::TaskWork;
 use crate::broker::Outcome;
 use crate::job::Job;
 use crate::worker::HANDOFF_MAX;
-use crate::worker::pool::{Done, Work};
+use crate::worker::pool::{Done, Started, Work};
 use crate::worker::stats::{WorkerStats, push_size};
 
 /// Hand-offs are sized to arrive about this far apart.
@@ -79,7 +79,7 @@ impl EventLoop {
                         let jobs: Vec<Job> = q.buffer.drain(..take).collect();
                         q.batch_since = (!q.buffer.is_empty()).then_some(now);
                         push_size(&mut queue_stats(st, &q.name).batch_sizes, take);
-                        let held = jobs.iter().map(|j| (j.id, j.lease)).collect();
+                        let held = jobs.iter().map(Started::of).collect();
                         (
                             Work::Batch { queue: qi, jobs },
                             TaskWork::Batch { queue: qi, held },

@@ -145,6 +145,7 @@ impl EventLoop {
         let reports = events.clone();
         let ctx = Arc::new(PoolContext {
             timed: queues.iter().map(|q| q.sizer.is_some()).collect(),
+            timeouts: queues.iter().map(|q| q.opts.timeout).collect(),
             polls: queues.iter().map(|_| Default::default()).collect(),
             handlers,
             retry: cfg.retry,

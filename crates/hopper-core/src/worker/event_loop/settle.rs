@@ -163,9 +163,10 @@ impl EventLoop {
         self.maybe_settle(Instant::now(), st);
     }
 
-    /// Queues a settlement for a job this worker held, first counting a release or a
-    /// cancellation in the stats (a handler's outcomes are counted where they are taken
-    /// in, by [`task_done`](Self::task_done)).
+    /// Queues a settlement for a job this worker held, first counting it in the stats: a
+    /// release, a cancellation, or the failed attempt of a handler stopped at shutdown (a
+    /// finished handler's outcomes are counted where they are taken in, by
+    /// [`task_done`](Self::task_done)).
     pub(super) fn settle_and_count(
         &mut self,
         id: JobId,
@@ -176,7 +177,9 @@ impl EventLoop {
         match outcome {
             Outcome::Release => st.released += 1,
             Outcome::Cancel => st.cancelled += 1,
-            _ => {}
+            Outcome::Retry { .. } => st.retried += 1,
+            Outcome::DeadLetter { .. } => st.dead += 1,
+            Outcome::Ack => {}
         }
         self.queue_settlement(id, lease, outcome, None);
     }

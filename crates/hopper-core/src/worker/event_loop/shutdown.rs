@@ -11,8 +11,9 @@ use tokio::time::Instant;
 use super::EventLoop;
 use super::tasks::TaskWork;
 use crate::broker::Outcome;
-use crate::job::{Job, JobId, LeaseId};
+use crate::job::Job;
 use crate::worker::STOP_SETTLE_LIMIT;
+use crate::worker::pool::{Started, outcome_of};
 use crate::worker::stats::WorkerStats;
 
 pub(super) struct Stopping {
@@ -131,20 +132,26 @@ impl EventLoop {
         }
     }
 
-    /// At the end of the grace period: stop the tasks still running and release their jobs.
+    /// At the end of the grace period: stop the tasks still running, and fail the attempts
+    /// of their jobs. Those jobs did start, so the attempt is charged: they are retried
+    /// with backoff, or dead-lettered after the last, and a job that always hangs cannot
+    /// come back forever.
     fn abandon_running(&mut self, st: &mut WorkerStats) {
         self.release_unstarted(None, st);
+        let retry = self.cfg.retry;
         for work in self.tasks.abandon() {
-            let held: Vec<(JobId, LeaseId)> = match &work {
+            let held: Vec<Started> = match &work {
                 TaskWork::Jobs(h) => h.running().into_iter().collect(),
                 TaskWork::Batch { held, .. } => held.clone(),
             };
             let q = &mut self.queues[work.queue()];
             q.busy -= 1;
             q.in_handoffs -= held.len().min(q.in_handoffs);
-            for (id, lease) in held {
-                tracing::warn!(%id, "grace period over: releasing a job whose handler did not finish");
-                self.settle_and_count(id, lease, Outcome::Release, st);
+            for job in held {
+                tracing::warn!(id = %job.id, "grace period over: stopping a handler that did not finish");
+                let error = "stopped at shutdown: the handler was still running when the grace period ended";
+                let outcome = outcome_of(job.attempts, Err(error.to_owned()), &retry);
+                self.settle_and_count(job.id, job.lease, outcome, st);
             }
         }
     }

@@ -13,9 +13,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::job::{JobId, LeaseId};
 use crate::worker::POOL_KEEP_ALIVE;
-use crate::worker::pool::{self, Done, Handoff, PoolContext, Work};
+use crate::worker::pool::{self, Done, Handoff, PoolContext, Started, Work};
 use crate::worker::stats::WorkerStats;
 
 /// What an inline hand-off returns: the pool task whose slot it ran in, what finished and
@@ -30,10 +29,7 @@ const SPARE_HANDOFFS: usize = 64;
 /// What a pool task is working on, as the loop keeps track of it.
 pub(super) enum TaskWork {
     Jobs(Arc<Handoff>),
-    Batch {
-        queue: usize,
-        held: Vec<(JobId, LeaseId)>,
-    },
+    Batch { queue: usize, held: Vec<Started> },
 }
 
 impl TaskWork {
