@@ -83,6 +83,9 @@ pub struct Latency {
     pub p50: f64,
     /// The 99th percentile.
     pub p99: f64,
+    /// The longest recorded (of the sample, in a load of more jobs than it holds).
+    #[serde(default)]
+    pub max: f64,
 }
 
 /// Empties `queue` and enqueues a backlog of `jobs` as `hopper load` writes one (payloads

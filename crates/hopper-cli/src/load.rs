@@ -21,6 +21,7 @@ use hopper_bench::measure::{
 use tokio::sync::Notify;
 
 use crate::report::run_lengths;
+use crate::steady;
 
 /// Enqueue calls kept in flight, so the broker is never idle while the next chunk is built
 /// and sent: how a producer with a backlog to load would call it.
@@ -68,6 +69,10 @@ pub struct LoadArgs {
     /// same backlog a raw consumer gets; `enqueue_s` is then 0.
     #[arg(long)]
     prefilled: bool,
+    /// Enqueue the jobs at this many a second while the workers run, instead of as a
+    /// backlog before they start: the latency is then each job's wait in service.
+    #[arg(long)]
+    rate: Option<u32>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -185,11 +190,13 @@ impl Tally {
 }
 
 /// The outcome of one spawned enqueue call.
-fn joined(done: Option<std::result::Result<Result<()>, tokio::task::JoinError>>) -> Result<()> {
+fn joined<T: Default>(
+    done: Option<std::result::Result<Result<T>, tokio::task::JoinError>>,
+) -> Result<T> {
     match done {
         Some(Ok(result)) => result,
         Some(Err(e)) => Err(Error::broker_msg(format!("an enqueue task failed: {e}"))),
-        None => Ok(()),
+        None => Ok(T::default()),
     }
 }
 
@@ -208,6 +215,12 @@ fn validate(args: &LoadArgs) -> Result<()> {
     }
     if args.batch == Some(0) {
         return refuse("--batch", &0, "1 or more");
+    }
+    if args.rate == Some(0) {
+        return refuse("--rate", &0, "1 or more jobs a second");
+    }
+    if args.rate.is_some() && args.prefilled {
+        return refuse("--rate", &"with --prefilled", "one or the other");
     }
     Ok(())
 }
@@ -229,10 +242,14 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         };
         builders.push(build_worker(broker, &args, tally.clone())?);
     }
-    let enqueue_s = if args.prefilled {
-        0.0
-    } else {
-        enqueue(&producer, &args).await?
+    if !args.prefilled {
+        for q in &args.queues {
+            producer.purge(q).await?;
+        }
+    }
+    let mut enqueue_s = match (args.prefilled, args.rate) {
+        (false, None) => enqueue(&producer, &args).await?,
+        _ => 0.0,
     };
 
     let mut workers = Vec::with_capacity(args.workers);
@@ -242,6 +259,10 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     for worker in builders {
         workers.push(worker.start()?);
     }
+    let steady = args.rate.map(|rate| {
+        let (producer, queues) = (producer.clone(), args.queues.clone());
+        tokio::spawn(steady::produce(producer, queues, args.jobs, rate))
+    });
 
     // Wait for every job, or give up when nothing new ran for a long while.
     let stall = Duration::from_secs(30) + Duration::from_millis(args.job_ms * 4);
@@ -266,6 +287,9 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         }
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
+    if let Some(producer) = steady {
+        enqueue_s = joined(Some(producer.await))?;
+    }
     let cpu_after = process_cpu_s();
     let switches_after = context_switches();
     // Read before the report's own tables (a latency per job) are built: the workers' peak.
@@ -305,6 +329,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
         latency_ms: Latency {
             p50: percentile(&lat, 50.0),
             p99: percentile(&lat, 99.0),
+            max: lat.last().copied().unwrap_or(0.0),
         },
         settle_calls: all_stats.iter().map(|s| s.settle_calls).sum(),
         pool_tasks_started: all_stats.iter().map(|s| s.pool_tasks_started).sum(),
@@ -330,11 +355,8 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     })
 }
 
-/// Purges the queues and enqueues the backlog; returns the seconds the enqueue took.
+/// Enqueues the backlog into the purged queues; returns the seconds it took.
 async fn enqueue(producer: &Arc<dyn Broker>, args: &LoadArgs) -> Result<f64> {
-    for q in &args.queues {
-        producer.purge(q).await?;
-    }
     let started = Instant::now();
     let mut chunk = Vec::with_capacity(ENQUEUE_CHUNK);
     let mut in_flight = tokio::task::JoinSet::new();
@@ -451,8 +473,8 @@ fn print_table(r: &Report) {
         r.pool_tasks_started, r.jobs_per_handoff, r.inline_handoffs
     );
     println!(
-        "latency         p50 {:.2} ms, p99 {:.2} ms (enqueue to start)",
-        r.latency_ms.p50, r.latency_ms.p99
+        "latency         p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (enqueue to start)",
+        r.latency_ms.p50, r.latency_ms.p99, r.latency_ms.max
     );
     let shown: Vec<u32> = r.batch_sizes.iter().take(40).copied().collect();
     let more = if r.batch_sizes.len() > 40 { " …" } else { "" };

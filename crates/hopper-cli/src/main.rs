@@ -13,6 +13,7 @@ mod demo;
 mod load;
 mod migrate;
 mod report;
+mod steady;
 
 use std::process::ExitCode;
 

@@ -13,6 +13,7 @@ use crate::url::BrokerUrl;
 pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_create_jobs.sql"),
     include_str!("../migrations/0002_one_lease_index.sql"),
+    include_str!("../migrations/0003_no_vacuum_truncate.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.

@@ -52,6 +52,20 @@ fn bad_input_is_refused_by_name_and_hides_passwords() {
         err.contains("invalid max_batch of queue load `5000`: allowed: 1..=1000"),
         "{err}"
     );
+
+    let err = refused(&[
+        "load",
+        "--broker",
+        "memory://",
+        "--jobs",
+        "1",
+        "--rate",
+        "0",
+    ]);
+    assert!(
+        err.contains("invalid --rate `0`: allowed: 1 or more jobs a second"),
+        "{err}"
+    );
 }
 
 /// A broker that fails says why, not only what it was doing: the driver's cause follows.

@@ -177,3 +177,19 @@ fn load_prefilled_drains_the_backlog_in_place() {
     drop(broker);
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `--rate`: the jobs arrive at that rate while the workers run, so 300 at 1,000 a second
+/// take at least 0.29 s to enqueue (a lower bound the pacing guarantees), every one runs
+/// once, and each waits in the queue only as long as the worker needs to take it.
+#[test]
+fn load_at_a_steady_rate_enqueues_while_the_workers_run() {
+    let (url, _dir) = sqlite_url("steady");
+    let r = load_json(&[
+        "load", "--broker", &url, "--jobs", "300", "--rate", "1000", "--json",
+    ]);
+    assert_each_ran_once(&r, 300);
+    let enqueue = r["enqueue_s"].as_f64().unwrap();
+    assert!(enqueue >= 0.29, "enqueued in {enqueue} s");
+    let lat = &r["latency_ms"];
+    assert!(lat["max"].as_f64().unwrap() >= lat["p99"].as_f64().unwrap());
+}

@@ -14,7 +14,7 @@ async fn an_unmigrated_schema_is_refused_with_what_to_run() {
         .to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema {schema} in {} is at version 0 but this build needs 2: run `hopper migrate --broker {}`",
+            "the hopper schema {schema} in {} is at version 0 but this build needs 3: run `hopper migrate --broker {}`",
             url(),
             url()
         )),
@@ -33,7 +33,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 2]);
+    assert_eq!(applied, [0, 3]);
     assert_eq!(
         hopper_postgres::migrate_with(&url, &options).await.unwrap(),
         0
@@ -48,7 +48,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
 async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
     let schema = unique_name("hopper_t");
     let with_schema = format!("{}?schema={schema}", url());
-    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 2);
+    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 3);
     let broker = PgBroker::connect(&with_schema).await.unwrap();
     assert_eq!(broker.schema(), schema);
     let debug = format!("{broker:?}");
@@ -81,4 +81,45 @@ async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
         err,
         "invalid vacuum_after `0`: allowed: at least 1, or None"
     );
+}
+
+/// A vacuum that finds empty pages at the end of the jobs table must not give them back:
+/// that takes a lock every claim would queue behind. Jobs fill some 2,000 pages and are
+/// purged; a plain VACUUM, which follows the table's own setting as autovacuum does,
+/// then leaves the table its size. Without the setting it shrank the table to nothing.
+#[tokio::test]
+async fn vacuum_leaves_the_empty_end_of_the_table_in_place() {
+    use hopper_core::{Broker, NewJob};
+    use sqlx::Connection;
+
+    let options = super::support::schema().await;
+    let schema = options.schema.clone();
+    let broker = PgBroker::connect_with(&url(), options.listen(false))
+        .await
+        .unwrap();
+    let payload = "x".repeat(500);
+    for _ in 0..10 {
+        let jobs = (0..2_000)
+            .map(|_| NewJob::json("q", &payload).unwrap())
+            .collect();
+        broker.enqueue(jobs).await.unwrap();
+    }
+    assert_eq!(broker.purge("q").await.unwrap(), 20_000);
+    broker.close().await;
+    let mut conn = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let size = format!("SELECT pg_relation_size('{schema}.hopper_jobs') / 8192");
+    let pages = sqlx::query_scalar::<_, i64>(&size);
+    let before = pages.fetch_one(&mut conn).await.unwrap();
+    assert!(before > 1_000, "{before} pages");
+    sqlx::raw_sql(&format!("VACUUM {schema}.hopper_jobs"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let after = sqlx::query_scalar::<_, i64>(&size)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(after, before, "the table was truncated");
+    conn.close().await.unwrap();
+    drop_schema(schema);
 }
