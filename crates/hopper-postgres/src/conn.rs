@@ -62,6 +62,9 @@ impl Held<'_> {
     }
 }
 
+/// Whether `e` means the connection is gone: a broken socket or stream, or the server
+/// ending the session (SQLSTATE class 08, connection exceptions, and 57P, the server's
+/// own shutdowns and `pg_terminate_backend`). Such a connection is dropped, not reused.
 pub(crate) fn is_connection_error(e: &sqlx::Error) -> bool {
     matches!(
         e,
@@ -69,7 +72,25 @@ pub(crate) fn is_connection_error(e: &sqlx::Error) -> bool {
             | sqlx::Error::Tls(_)
             | sqlx::Error::Protocol(_)
             | sqlx::Error::PoolClosed
-    )
+    ) || ended_by_server(e)
+}
+
+/// Whether the server ended the session with an error of its own (SQLSTATE class 08 or
+/// 57P): a transaction in progress was rolled back, so its statement may be sent again.
+pub(crate) fn ended_by_server(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        _ => false,
+    }
+}
+
+/// Whether a broker error came from a connection that is gone ([`is_connection_error`]).
+pub(crate) fn connection_lost(e: &Error) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<sqlx::Error>())
+        .is_some_and(is_connection_error)
 }
 
 /// Opens one connection, giving up after `CONNECT_TIMEOUT`: a server that accepts the

@@ -4,6 +4,7 @@
 mod postgres {
     mod cluster;
     mod crash;
+    mod killed;
     mod migrations;
     mod plans;
     mod suite;

@@ -5,6 +5,7 @@ use hopper_core::{CheckedJobs, JobId, NewJob, Result};
 use sqlx::postgres::PgConnection;
 
 use super::{PgBroker, db_err};
+use crate::conn::ended_by_server;
 
 impl PgBroker {
     /// Enqueues inside the caller's own transaction (or connection): the jobs exist if and
@@ -24,23 +25,55 @@ impl PgBroker {
         jobs: CheckedJobs,
     ) -> Result<Vec<JobId>> {
         let query = self.enqueue_arrays(jobs);
+        self.insert_arrays(conn, &query)
+            .await
+            .map_err(db_err("enqueueing jobs"))
+    }
+
+    /// Inserts jobs already checked on the broker's own connections. When the server ended
+    /// the session before the statement committed (SQLSTATE 57P or 08: the error came from
+    /// the server, so the transaction was rolled back), the jobs are inserted once more on
+    /// a new connection. A connection that broke without a word from the server (the
+    /// insert may have committed) is not tried again: that could enqueue the jobs twice.
+    pub(super) async fn insert_held(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+        let query = self.enqueue_arrays(jobs);
+        let mut again = true;
+        loop {
+            let mut held = self.inner.conns.get().await?;
+            match self.insert_arrays(held.conn(), &query).await {
+                Ok(ids) => return Ok(ids),
+                Err(e) => {
+                    held.check(&e);
+                    if again && ended_by_server(&e) {
+                        again = false;
+                        continue;
+                    }
+                    return Err(db_err("enqueueing jobs")(e));
+                }
+            }
+        }
+    }
+
+    async fn insert_arrays(
+        &self,
+        conn: &mut PgConnection,
+        query: &EnqueueArrays,
+    ) -> sqlx::Result<Vec<JobId>> {
         let rows = sqlx::query_scalar::<_, i64>(&self.inner.sql.enqueue)
-            .bind(query.queues)
-            .bind(query.payloads)
-            .bind(query.priorities)
-            .bind(query.run_at)
-            .bind(query.delay_ms)
-            .bind(query.max_attempts)
-            .bind(query.headers)
+            .bind(&query.queues)
+            .bind(&query.payloads)
+            .bind(&query.priorities)
+            .bind(&query.run_at)
+            .bind(&query.delay_ms)
+            .bind(&query.max_attempts)
+            .bind(&query.headers)
             .bind(self.now())
             .bind(&self.inner.channel)
             .fetch_all(conn)
-            .await
-            .map_err(db_err("enqueueing jobs"))?;
+            .await?;
         Ok(rows.into_iter().map(JobId).collect())
     }
 
-    /// The statement's arrays, one element per job, taking the jobs' queues and payloads.
     fn enqueue_arrays(&self, jobs: CheckedJobs) -> EnqueueArrays {
         let now = self.now();
         let mut a = EnqueueArrays::with_capacity(jobs.len());

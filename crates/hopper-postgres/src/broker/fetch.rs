@@ -13,7 +13,7 @@ use crate::conn::Held;
 
 impl PgBroker {
     /// [`Broker::fetch`](hopper_core::Broker::fetch).
-    pub(super) async fn fetch_jobs(&self, request: FetchRequest) -> Result<Fetched> {
+    pub(super) async fn fetch_jobs(&self, request: &FetchRequest) -> Result<Fetched> {
         let lease = LeaseId::random();
         let now = self.now();
         let now_hint = now.unwrap_or_else(|| to_millis(std::time::SystemTime::now()));
@@ -104,7 +104,7 @@ impl PgBroker {
                 outcome: Outcome::DeadLetter { error: row.reason },
             });
         }
-        self.settle_jobs(dead).await.map(drop)
+        self.settle_jobs(&dead).await.map(drop)
     }
 }
 

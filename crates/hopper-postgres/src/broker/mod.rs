@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::maintenance::VacuumPace;
-use crate::conn::Connections;
+use crate::conn::{Connections, connection_lost};
 use crate::options::PgOptions;
 use crate::sql::Sql;
 
@@ -124,32 +124,37 @@ impl Broker for PgBroker {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let mut held = self.inner.conns.get().await?;
-        let result = self.insert(held.conn(), jobs).await;
-        if let Err(Error::Broker {
-            source: Some(src), ..
-        }) = &result
-        {
-            if let Some(e) = src.downcast_ref::<sqlx::Error>() {
-                held.check(e);
-            }
-        }
+        let result = self.insert_held(jobs).await;
         if result.is_ok() {
             self.bump();
         }
         result
     }
 
+    // A fetch, settlement or renewal that finds its connection ended by the server (an
+    // operator's pg_terminate_backend, a failover, an idle timeout) is sent once more on a
+    // new connection at once, rather than failing and leaving the worker to back off.
+    // Sending again is safe: a settlement or renewal applied twice changes nothing the
+    // second time, and jobs a lost claim may have taken come back when its lease expires.
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
-        self.fetch_jobs(request).await
+        match self.fetch_jobs(&request).await {
+            Err(e) if connection_lost(&e) => self.fetch_jobs(&request).await,
+            done => done,
+        }
     }
 
     async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
-        self.settle_jobs(settlements).await
+        match self.settle_jobs(&settlements).await {
+            Err(e) if connection_lost(&e) => self.settle_jobs(&settlements).await,
+            done => done,
+        }
     }
 
     async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
-        self.renew_leases(leases, ttl).await
+        match self.renew_leases(leases, ttl).await {
+            Err(e) if connection_lost(&e) => self.renew_leases(leases, ttl).await,
+            done => done,
+        }
     }
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {

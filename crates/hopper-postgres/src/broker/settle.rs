@@ -9,7 +9,7 @@ use super::PgBroker;
 
 impl PgBroker {
     /// [`Broker::settle`](hopper_core::Broker::settle).
-    pub(super) async fn settle_jobs(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
+    pub(super) async fn settle_jobs(&self, settlements: &[Settlement]) -> Result<SettleReport> {
         if settlements.is_empty() {
             return Ok(SettleReport::default());
         }
@@ -22,7 +22,7 @@ impl PgBroker {
             Vec::with_capacity(n),
         );
         let mut requeues = false;
-        for s in &settlements {
+        for s in settlements {
             let (kind, delay, error) = outcome_kind(&s.outcome);
             requeues |= kind == 1 || kind == 3;
             ids.push(s.job.0);

@@ -1,0 +1,89 @@
+//! Connections the server ends (`pg_terminate_backend`, as an operator or a failover
+//! does): the broker opens new ones, and the fetch, settlement, renewal or enqueue that
+//! found its connection ended is sent again on a new one at once, instead of failing and
+//! leaving the worker to back off. Each broker here names its connections (`application_name`) so the
+//! test ends its own and no other test's.
+
+use std::time::Duration;
+
+use hopper_core::{Broker, FetchRequest, NewJob, Settlement};
+use hopper_postgres::PgBroker;
+use hopper_testkit::unique_name;
+use sqlx::Connection;
+
+use super::support::{drop_schema, schema, url};
+
+/// Ends every connection of `app` from the server's side; returns how many.
+async fn terminate(app: &str) -> i64 {
+    let mut admin = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let ended: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                              WHERE application_name = $1) AS t",
+    )
+    .bind(app)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    admin.close().await.unwrap();
+    // The ends arrive at the broker's sockets on their own time.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    ended
+}
+
+#[tokio::test]
+async fn calls_on_connections_the_server_ended_succeed_on_new_ones() {
+    let options = schema().await;
+    let name = options.schema.clone();
+    let app = unique_name("killed");
+    let broker = PgBroker::connect_with(
+        &format!("{}?application_name={app}", url()),
+        options.listen(false),
+    )
+    .await
+    .unwrap();
+    let jobs = (0..10u64).map(|i| NewJob::json("q", &i).unwrap()).collect();
+    broker.enqueue(jobs).await.unwrap();
+    let ttl = Duration::from_secs(60);
+    let first = broker.fetch(FetchRequest::one("q", 2, ttl)).await.unwrap();
+    let acks = first.jobs.iter().map(Settlement::ack).collect();
+    broker.settle(acks).await.unwrap();
+
+    assert!(
+        terminate(&app).await >= 2,
+        "the claim and settle connections"
+    );
+    let second = broker
+        .fetch(FetchRequest::one("q", 3, ttl))
+        .await
+        .expect("a fetch after the server ended its connection");
+    assert_eq!(second.jobs.len(), 3);
+
+    terminate(&app).await;
+    let lost = broker
+        .renew(&[second.lease], ttl)
+        .await
+        .expect("a renewal after the server ended its connection");
+    assert!(lost.is_empty(), "renewed, none lost: {lost:?}");
+
+    terminate(&app).await;
+    let acks = second.jobs.iter().map(Settlement::ack).collect();
+    let report = broker
+        .settle(acks)
+        .await
+        .expect("a settlement after the server ended its connection");
+    assert_eq!(report.applied, 3);
+    assert_eq!(broker.counts("q").await.unwrap().pending, 5);
+
+    // An enqueue is sent again only when the server's own error says it did not commit,
+    // as here: the jobs are there once each.
+    terminate(&app).await;
+    let more = (10..14u64).map(|i| NewJob::json("q", &i).unwrap()).collect();
+    let ids = broker
+        .enqueue(more)
+        .await
+        .expect("an enqueue after the server ended its connection");
+    assert_eq!(ids.len(), 4);
+    assert_eq!(broker.counts("q").await.unwrap().pending, 9);
+    broker.close().await;
+    drop_schema(name);
+}
