@@ -77,7 +77,9 @@ async fn calls_on_connections_the_server_ended_succeed_on_new_ones() {
     // An enqueue is sent again only when the server's own error says it did not commit,
     // as here: the jobs are there once each.
     terminate(&app).await;
-    let more = (10..14u64).map(|i| NewJob::json("q", &i).unwrap()).collect();
+    let more = (10..14u64)
+        .map(|i| NewJob::json("q", &i).unwrap())
+        .collect();
     let ids = broker
         .enqueue(more)
         .await

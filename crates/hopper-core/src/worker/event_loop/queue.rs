@@ -40,6 +40,10 @@ pub(super) struct QueueState {
     /// they still count against the window, so the Auto rule needs them to tell a full
     /// window from a short one.
     pub(super) settling: usize,
+    /// Settlements of this queue applied since its last take from a pushed subscription:
+    /// their replacements are still on the way from the server, so the window is still in
+    /// use for them (see `size_pushed_windows`).
+    pub(super) freed_since_take: usize,
     /// Jobs asked of this queue by fetches in flight.
     pub(super) asked: usize,
     /// The last fetch answered for this queue brought all it asked: there is a backlog,
@@ -67,6 +71,7 @@ impl QueueState {
             subscribing: false,
             subscribed: false,
             settling: 0,
+            freed_since_take: 0,
             asked: 0,
             full: false,
             last_sent: 0,

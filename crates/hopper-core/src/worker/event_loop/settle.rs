@@ -109,7 +109,9 @@ impl EventLoop {
             Ok(report) => {
                 st.settle_calls += 1;
                 for &qi in queues.iter().flatten() {
-                    self.queues[qi].settling -= 1;
+                    let q = &mut self.queues[qi];
+                    q.settling -= 1;
+                    q.freed_since_take += 1;
                 }
                 // The next group fills the buffers this one used instead of growing fresh
                 // ones by doubling (each growth past 1 kB is a large, slower allocation).

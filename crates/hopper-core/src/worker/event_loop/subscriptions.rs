@@ -87,17 +87,20 @@ impl EventLoop {
     }
 
     /// The Auto rule on a pushed broker, where taking from what arrived costs nothing and
-    /// says little. A take is *full* when the subscription's whole window is out with this
-    /// worker (buffered, handed off, or settled and not yet applied): the server would push
-    /// more if the window let it, so that counts as a full fetch and the window grows after
-    /// two. Any other take is no evidence either way (after each acknowledgement the next
-    /// delivery is still on the wire), so it leaves the size alone; the job times still
-    /// shrink it at once through `wanted`.
+    /// says little. A take is *full* when the subscription's whole window is in use for this
+    /// worker: buffered, handed off, settled and not yet applied, or settled since the last
+    /// take (the server has that acknowledgement, but its replacement is still on the
+    /// wire). The server would push more if the window let it, so that counts as a full
+    /// fetch and the window grows after two. Any other take is no evidence either way, so
+    /// it leaves the size alone; the job times still shrink it at once through `wanted`.
+    /// Without the settlements since the last take, a slot that takes its next job as its
+    /// last one's ack goes out never sees its window full past 2.
     pub(super) fn size_pushed_windows(&mut self, asked: &[(usize, usize)], got: &[usize]) {
         for &(qi, n) in asked {
             let window = self.window(&self.queues[qi]);
             let q = &mut self.queues[qi];
-            let out = q.buffer.len() + q.in_handoffs + q.settling;
+            let out = q.buffer.len() + q.in_handoffs + q.settling + q.freed_since_take;
+            q.freed_since_take = 0;
             if let Some(sizer) = q.sizer.as_mut() {
                 if got[qi] > 0 && out >= window {
                     sizer.fetched(n, n);
