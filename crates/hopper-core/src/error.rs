@@ -60,8 +60,10 @@ pub enum Error {
         /// The decoder's message.
         message: String,
     },
-    /// The broker failed; the source says how.
-    #[error("broker error: {message}")]
+    /// The broker failed; the source says how. The first line carries the source's own
+    /// message too (the database's, as the server put it), so a log of `{error}` alone
+    /// says why, not only what the broker was doing.
+    #[error("broker error: {message}{}", cause_of(source))]
     Broker {
         /// What the broker was doing and what went wrong.
         message: String,
@@ -121,6 +123,11 @@ impl Error {
     }
 }
 
+/// `: ` and the message of `source`, or nothing without one.
+fn cause_of(source: &Option<Box<dyn std::error::Error + Send + Sync>>) -> String {
+    source.as_ref().map_or(String::new(), |s| format!(": {s}"))
+}
+
 /// An error with its causes, joined by `: ` ([`Error::chain`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Chain<'a>(&'a (dyn std::error::Error + 'static));
@@ -164,7 +171,11 @@ mod tests {
     #[test]
     fn a_chain_names_every_cause_once() {
         let e = Error::broker("fetching jobs", Outer(std::io::Error::other("disk full")));
-        assert_eq!(e.to_string(), "broker error: fetching jobs");
+        // The first line says why as well as what: the driver's own message follows.
+        assert_eq!(
+            e.to_string(),
+            "broker error: fetching jobs: the transaction carrying it failed"
+        );
         assert_eq!(
             e.chain().to_string(),
             "broker error: fetching jobs: the transaction carrying it failed: disk full"

@@ -123,3 +123,16 @@ async fn vacuum_leaves_the_empty_end_of_the_table_in_place() {
     conn.close().await.unwrap();
     drop_schema(schema);
 }
+
+/// A broker error's first line carries the server's own message, not only what the broker
+/// was doing: `{error}` alone in a log says why.
+#[tokio::test]
+async fn the_servers_message_is_in_the_first_line() {
+    let missing = unique_name("no_such_db");
+    let url = url().replace("/test", &format!("/{missing}"));
+    let err = PgBroker::connect(&url).await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("database \"{missing}\" does not exist")),
+        "{err}"
+    );
+}
