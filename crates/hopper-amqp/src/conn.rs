@@ -12,9 +12,10 @@ use tokio::sync::Mutex;
 
 use crate::options::AmqpOptions;
 
-/// A lapin error as Hopper's, saying what was being done.
+/// A lapin error as Hopper's, saying what was being done (its first line then carries
+/// lapin's message after it).
 pub(crate) fn amqp_err(what: impl Into<String>, e: lapin::Error) -> Error {
-    Error::broker(format!("{}: {e}", what.into()), e)
+    Error::broker(what, e)
 }
 
 /// Whether a lapin error is the server refusing because a queue or exchange is missing.
