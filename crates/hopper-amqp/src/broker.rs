@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, CheckedJobs, ConfigError, Error, FetchRequest, Fetched,
-    JobId, JobRecord, LeaseId, QueueCounts, Result, SettleReport, Settlement,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, Error, FetchRequest, Fetched, JobId,
+    JobRecord, LeaseId, QueueCounts, Result, SettleReport, Settlement,
 };
 use tokio::sync::watch;
 
@@ -98,17 +98,15 @@ impl AmqpBroker {
 
     /// Connects with `options`, read over by the URL's own settings.
     pub async fn connect_with(url: &str, options: AmqpOptions) -> Result<Self> {
-        let scheme = url.split_once("://").map(|(s, _)| s);
-        if scheme != Some("amqp") {
-            return Err(Error::Config(ConfigError::new(
-                "broker URL",
-                hopper_core::redact_url(url),
-                "amqp://USER:PASSWORD@HOST:PORT/VHOST (this build has no TLS, so no amqps://)",
-            )));
-        }
+        let mut parsed = hopper_core::BrokerUrl::parse(
+            url,
+            &["amqp"],
+            "amqp://USER:PASSWORD@HOST:PORT/VHOST (this build has no TLS, so no amqps://)",
+        )?;
+        let connect_timeout = parsed.take_connect_timeout()?;
         let options = options.with_url_settings(url)?;
         options.validate()?;
-        let link = Arc::new(Link::new(url, &options));
+        let link = Arc::new(Link::new(&parsed, connect_timeout, &options));
         link.connection().await?;
         let (wake, _) = watch::channel(0);
         Ok(AmqpBroker {

@@ -28,6 +28,8 @@ pub(crate) fn is_not_found(e: &lapin::Error) -> bool {
 pub(crate) struct Link {
     url: String,
     pub(crate) redacted: String,
+    /// How long a new connection may go unanswered (`connect_timeout`, in seconds).
+    connect_timeout: Duration,
     name: Option<String>,
     confirms: bool,
     pub(crate) backoff: (Duration, Duration),
@@ -66,10 +68,15 @@ fn with_frame_max(url: &str) -> String {
 }
 
 impl Link {
-    pub(crate) fn new(url: &str, options: &AmqpOptions) -> Self {
+    pub(crate) fn new(
+        url: &hopper_core::BrokerUrl,
+        connect_timeout: Duration,
+        options: &AmqpOptions,
+    ) -> Self {
         Link {
-            url: with_frame_max(url),
-            redacted: hopper_core::redact_url(url),
+            url: with_frame_max(url.as_str()),
+            redacted: url.shown().to_owned(),
+            connect_timeout,
             name: options.connection_name.clone(),
             confirms: options.confirms,
             backoff: (options.reconnect_min, options.reconnect_max),
@@ -86,9 +93,13 @@ impl Link {
         if let Some(name) = &self.name {
             props = props.with_connection_name(name.as_str().into());
         }
-        let conn = connect_within(&self.redacted, Connection::connect(&self.url, props))
-            .await?
-            .map_err(|e| amqp_err(format!("connecting to {}", self.redacted), e))?;
+        let conn = connect_within(
+            &self.redacted,
+            self.connect_timeout,
+            Connection::connect(&self.url, props),
+        )
+        .await?
+        .map_err(|e| amqp_err(format!("connecting to {}", self.redacted), e))?;
         Ok(Arc::new(conn))
     }
 

@@ -1,7 +1,7 @@
 //! The wall clock brokers stamp jobs and leases with.
 
 use crate::job::{Millis, to_millis};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// Where a broker reads "now" from.
 ///
@@ -103,17 +103,19 @@ async fn within_wall_clock<F: std::future::Future>(
     out
 }
 
-/// Runs a connect, `f`, for at most [`CONNECT_TIMEOUT`] of wall-clock time (see
-/// [`within_wall_clock`]): its own result, or the error that names `shown_url` (password
-/// hidden) as not answering. Every broker's connections go through here.
+/// Runs a connect, `f`, for at most `limit` of wall-clock time (see [`within_wall_clock`];
+/// [`CONNECT_TIMEOUT`] unless the URL sets `connect_timeout`): its own result, or the error
+/// that names `shown_url` (password hidden) as not answering. Every broker's connections
+/// go through here.
 pub async fn connect_within<T, E>(
     shown_url: &str,
+    limit: Duration,
     f: impl std::future::Future<Output = std::result::Result<T, E>>,
 ) -> crate::Result<std::result::Result<T, E>> {
-    within_wall_clock(CONNECT_TIMEOUT, f).await.ok_or_else(|| {
+    within_wall_clock(limit, f).await.ok_or_else(|| {
         crate::Error::broker_msg(format!(
             "cannot connect to {shown_url}: no answer within {} s",
-            CONNECT_TIMEOUT.as_secs()
+            limit.as_secs()
         ))
     })
 }

@@ -34,7 +34,7 @@ pub use job::{Job, JobCopy, JobId, LeaseId, Millis, NewJob, RunAt};
 pub use memory::MemoryBroker;
 pub use prefetch::{AutoSizer, Prefetch};
 pub use retry::RetryPolicy;
-pub use url::redact_url;
+pub use url::{BrokerUrl, redact_url};
 pub use worker::{
     JobContext, JobError, JobResult, QueueOptions, QueueStats, Worker, WorkerBuilder, WorkerCounts,
     WorkerStats,

@@ -106,6 +106,7 @@ impl MySqlBroker {
         let conns = Connections::new(
             parsed.options.clone(),
             parsed.shown.clone(),
+            parsed.connect_timeout,
             options.connections,
         );
         let (found, id_step) = run!(&conns, "checking the schema", Repeat::Safe, |conn| async {
@@ -121,6 +122,7 @@ impl MySqlBroker {
             crate::poll::spawn(
                 parsed.options.clone(),
                 parsed.shown.clone(),
+                parsed.connect_timeout,
                 interval,
                 wake.clone(),
             )

@@ -56,6 +56,8 @@ struct Open {
 pub(crate) struct Connections {
     options: MySqlConnectOptions,
     shown_url: String,
+    /// How long a new connection may go unanswered.
+    limit: Duration,
     slots: Vec<Mutex<Option<Open>>>,
     next: AtomicUsize,
 }
@@ -250,8 +252,9 @@ pub(crate) fn server_error_number(e: &sqlx::Error) -> Option<u16> {
 pub(crate) async fn open(
     options: &MySqlConnectOptions,
     shown_url: &str,
+    limit: Duration,
 ) -> Result<MySqlConnection> {
-    let mut conn = connect_within(shown_url, options.connect())
+    let mut conn = connect_within(shown_url, limit, options.connect())
         .await?
         .map_err(|e| Error::broker(format!("cannot connect to {shown_url}"), e))?;
     conn.execute(sqlx::raw_sql(sql::SESSION.as_str()))
@@ -261,10 +264,16 @@ pub(crate) async fn open(
 }
 
 impl Connections {
-    pub(crate) fn new(options: MySqlConnectOptions, shown_url: String, n: usize) -> Self {
+    pub(crate) fn new(
+        options: MySqlConnectOptions,
+        shown_url: String,
+        limit: Duration,
+        n: usize,
+    ) -> Self {
         Connections {
             options,
             shown_url,
+            limit,
             slots: (0..n).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
         }
@@ -298,7 +307,7 @@ impl Connections {
         let open = match open {
             Some(o) => o,
             None => Open {
-                conn: self::open(&self.options, &self.shown_url).await?,
+                conn: self::open(&self.options, &self.shown_url, self.limit).await?,
                 last_used: Instant::now(),
             },
         };

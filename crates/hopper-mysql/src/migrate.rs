@@ -35,7 +35,7 @@ const ER_NO_SUCH_TABLE: u16 = 1146;
 /// 30 s, or a migration fails.
 pub async fn migrate(url: &str) -> Result<u32> {
     let parsed = BrokerUrl::parse(url)?;
-    let mut conn = open(&parsed.options, &parsed.shown).await?;
+    let mut conn = open(&parsed.options, &parsed.shown, parsed.connect_timeout).await?;
     let result = apply(&mut conn, &parsed.shown).await;
     let _ = conn.close().await;
     result

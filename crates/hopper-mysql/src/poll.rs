@@ -19,6 +19,7 @@ use crate::queries::max_id;
 pub(crate) fn spawn(
     options: MySqlConnectOptions,
     shown_url: String,
+    limit: Duration,
     (min, max): (Duration, Duration),
     wake: watch::Sender<u64>,
 ) -> JoinHandle<()> {
@@ -29,7 +30,7 @@ pub(crate) fn spawn(
         let mut last: Option<Option<i64>> = None;
         loop {
             if conn.is_none() {
-                match open(&options, &shown_url).await {
+                match open(&options, &shown_url, limit).await {
                     Ok(c) => {
                         conn = Some(c);
                         if last.is_some() {

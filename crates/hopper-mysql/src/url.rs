@@ -2,8 +2,9 @@
 //! as shown anywhere has its password replaced by `***`.
 
 use std::str::FromStr;
+use std::time::Duration;
 
-use hopper_core::{ConfigError, Error, Result, redact_url};
+use hopper_core::{ConfigError, Error, Result};
 use sqlx::mysql::MySqlConnectOptions;
 
 /// The forms a broker URL may take, for refusals.
@@ -18,17 +19,19 @@ pub(crate) struct BrokerUrl {
     pub(crate) options: MySqlConnectOptions,
     /// The URL as it may be printed: password replaced by `***`.
     pub(crate) shown: String,
+    /// How long a new connection may go unanswered (`connect_timeout`, in seconds).
+    pub(crate) connect_timeout: Duration,
 }
 
 impl BrokerUrl {
+    /// Reads `url` through core's [`hopper_core::BrokerUrl`]; `connect_timeout` is Hopper's
+    /// and does not reach the driver.
     pub(crate) fn parse(url: &str) -> Result<Self> {
-        let shown = redact_url(url);
+        let mut parsed = hopper_core::BrokerUrl::parse(url, &["mysql", "mariadb"], ALLOWED)?;
+        let connect_timeout = parsed.take_connect_timeout()?;
+        let shown = parsed.shown().to_owned();
         let refuse = |why: String| Error::Config(ConfigError::new("broker URL", &shown, why));
-        let scheme = url.split_once("://").map(|(s, _)| s);
-        if !matches!(scheme, Some("mysql" | "mariadb")) {
-            return Err(refuse(ALLOWED.to_owned()));
-        }
-        let options = MySqlConnectOptions::from_str(url)
+        let options = MySqlConnectOptions::from_str(parsed.as_str())
             .map_err(|e| refuse(format!("{ALLOWED} ({})", scrub(&e.to_string(), url))))?;
         if options.get_database().is_none_or(str::is_empty) {
             return Err(refuse(format!("{ALLOWED}, naming the database")));
@@ -38,7 +41,11 @@ impl BrokerUrl {
         let options = options
             .timezone(Some("+00:00".to_owned()))
             .statement_cache_capacity(STATEMENT_CACHE);
-        Ok(BrokerUrl { options, shown })
+        Ok(BrokerUrl {
+            options,
+            shown,
+            connect_timeout,
+        })
     }
 }
 

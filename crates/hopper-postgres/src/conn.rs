@@ -8,6 +8,7 @@
 //! opens a new one.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use hopper_core::{Error, Result, connect_within};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
@@ -17,6 +18,8 @@ use tokio::sync::{Mutex, MutexGuard};
 pub(crate) struct Connections {
     options: PgConnectOptions,
     shown_url: String,
+    /// How long a new connection may go unanswered.
+    limit: Duration,
     slots: Vec<Mutex<Option<PgConnection>>>,
     next: AtomicUsize,
 }
@@ -96,24 +99,34 @@ pub(crate) fn connection_lost(e: &Error) -> bool {
 /// Opens one connection, giving up after `CONNECT_TIMEOUT`: a server that accepts the
 /// connection and never answers must not hang the caller. Errors name the URL, password
 /// hidden.
-pub(crate) async fn connect(options: &PgConnectOptions, shown_url: &str) -> Result<PgConnection> {
-    connect_within(shown_url, options.connect())
+pub(crate) async fn connect(
+    options: &PgConnectOptions,
+    shown_url: &str,
+    limit: Duration,
+) -> Result<PgConnection> {
+    connect_within(shown_url, limit, options.connect())
         .await?
         .map_err(|e| Error::broker(format!("cannot connect to {shown_url}"), e))
 }
 
 impl Connections {
-    pub(crate) fn new(options: PgConnectOptions, shown_url: String, n: usize) -> Self {
+    pub(crate) fn new(
+        options: PgConnectOptions,
+        shown_url: String,
+        limit: Duration,
+        n: usize,
+    ) -> Self {
         Connections {
             options,
             shown_url,
+            limit,
             slots: (0..n).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
         }
     }
 
     pub(crate) async fn open(&self) -> Result<PgConnection> {
-        connect(&self.options, &self.shown_url).await
+        connect(&self.options, &self.shown_url, self.limit).await
     }
 
     /// A free open connection; else a free slot, where one is opened; else the next slot

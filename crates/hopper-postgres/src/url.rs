@@ -2,9 +2,13 @@
 //! is Hopper's own and is removed before the URL reaches the driver.
 
 use std::str::FromStr;
+use std::time::Duration;
 
-use hopper_core::{ConfigError, Error, Result, redact_url as redact};
+use hopper_core::{ConfigError, Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
+
+/// The form a PostgreSQL broker URL takes, for refusals.
+const FORM: &str = "postgres://user:password@host:port/database[?schema=name]";
 
 #[derive(Debug, Clone)]
 pub(crate) struct BrokerUrl {
@@ -12,47 +16,34 @@ pub(crate) struct BrokerUrl {
     pub(crate) schema: Option<String>,
     /// The URL as it may be printed: password replaced by `***`.
     pub(crate) shown: String,
+    /// How long a new connection may go unanswered (`connect_timeout`, in seconds).
+    pub(crate) connect_timeout: Duration,
 }
 
 impl BrokerUrl {
+    /// Reads `url` through core's [`hopper_core::BrokerUrl`]; `schema` and
+    /// `connect_timeout` are Hopper's and do not reach the driver.
     pub(crate) fn parse(url: &str) -> Result<Self> {
-        let shown = redact(url);
-        let (base, query) = match url.split_once('?') {
-            Some((b, q)) => (b, Some(q)),
-            None => (url, None),
-        };
-        let mut schema = None;
-        let mut kept = Vec::new();
-        for pair in query
-            .into_iter()
-            .flat_map(|q| q.split('&'))
-            .filter(|p| !p.is_empty())
-        {
-            match pair.split_once('=') {
-                Some(("schema", value)) => schema = Some(value.to_owned()),
-                _ => kept.push(pair),
-            }
-        }
-        let driver_url = if kept.is_empty() {
-            base.to_owned()
-        } else {
-            format!("{base}?{}", kept.join("&"))
-        };
-        let options = PgConnectOptions::from_str(&driver_url).map_err(|e| {
+        let mut parsed = hopper_core::BrokerUrl::parse(url, &["postgres", "postgresql"], FORM)?;
+        let schema = parsed.take("schema");
+        let connect_timeout = parsed.take_connect_timeout()?;
+        let shown = parsed.shown().to_owned();
+        let options = PgConnectOptions::from_str(parsed.as_str()).map_err(|e| {
             Error::Config(ConfigError::new(
                 "broker URL",
                 &shown,
-                format!("postgres://user:password@host:port/database[?schema=name] ({e})"),
+                format!("{FORM} ({e})"),
             ))
         })?;
         Ok(BrokerUrl {
             options,
             schema,
             shown,
+            connect_timeout,
         })
     }
 
     pub(crate) async fn connect(&self) -> Result<PgConnection> {
-        crate::conn::connect(&self.options, &self.shown).await
+        crate::conn::connect(&self.options, &self.shown, self.connect_timeout).await
     }
 }

@@ -49,6 +49,7 @@ impl PgBroker {
         let conns = Connections::new(
             parsed.options.clone().options(PLANNING),
             parsed.shown.clone(),
+            parsed.connect_timeout,
             options.connections,
         );
         let claims = Connections::new(
@@ -58,6 +59,7 @@ impl PgBroker {
                 .options(PLANNING)
                 .options([("synchronous_commit", "off")]),
             parsed.shown.clone(),
+            parsed.connect_timeout,
             CLAIM_CONNECTIONS,
         );
         {
@@ -75,6 +77,7 @@ impl PgBroker {
                 .clone()
                 .options([("client_min_messages", "error")]),
             parsed.shown.clone(),
+            parsed.connect_timeout,
             1,
         );
         let channel = format!("hopper.{}", options.schema);
