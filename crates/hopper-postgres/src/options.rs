@@ -40,6 +40,12 @@ pub struct PgOptions {
     /// few hundred milliseconds of settlements are lost with it, as claims are). No job is
     /// lost either way: a lost settlement leaves its job leased, to be reclaimed.
     pub durable_settlements: bool,
+    /// The longest any of the broker's statements may run on the server (default 60 s;
+    /// `None` keeps the server's setting): a claim, settlement or enqueue stuck behind a
+    /// lock someone else holds fails with the server's "canceling statement due to
+    /// statement timeout" instead of holding its worker forever. Vacuums and migrations
+    /// run on connections without it.
+    pub statement_timeout: Option<Duration>,
 }
 
 impl Default for PgOptions {
@@ -52,6 +58,7 @@ impl Default for PgOptions {
             keep_completed: None,
             vacuum_after: Some(10_000),
             durable_settlements: true,
+            statement_timeout: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -101,8 +108,24 @@ impl PgOptions {
         self
     }
 
+    /// [`PgOptions::statement_timeout`].
+    pub fn statement_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.statement_timeout = limit;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         validate_schema(&self.schema)?;
+        if self
+            .statement_timeout
+            .is_some_and(|t| t < Duration::from_millis(1))
+        {
+            return Err(ConfigError::new(
+                "statement_timeout",
+                "0 ms",
+                "1 ms or more, or None",
+            ));
+        }
         if !(1..=64).contains(&self.connections) {
             return Err(ConfigError::new("connections", self.connections, "1..=64"));
         }

@@ -46,16 +46,23 @@ impl PgBroker {
     pub async fn connect_with(url: &str, options: PgOptions) -> Result<PgBroker> {
         options.validate()?;
         let parsed = BrokerUrl::parse(url)?;
+        // The server's own limit on every statement of the broker's connections (not the
+        // vacuum's, which keeps its own).
+        let limited = match options.statement_timeout {
+            Some(t) => parsed
+                .options
+                .clone()
+                .options([("statement_timeout", format!("{}ms", t.as_millis()))]),
+            None => parsed.options.clone(),
+        };
         let conns = Connections::new(
-            parsed.options.clone().options(PLANNING),
+            limited.clone().options(PLANNING),
             parsed.shown.clone(),
             parsed.connect_timeout,
             options.connections,
         );
         let claims = Connections::new(
-            parsed
-                .options
-                .clone()
+            limited
                 .options(PLANNING)
                 .options([("synchronous_commit", "off")]),
             parsed.shown.clone(),

@@ -89,3 +89,47 @@ async fn calls_on_connections_the_server_ended_succeed_on_new_ones() {
     broker.close().await;
     drop_schema(name);
 }
+
+/// A statement stuck behind a lock someone else holds fails at the broker's statement
+/// timeout with the server's own reason, instead of holding its caller forever; the
+/// connection stays usable once the lock goes.
+#[tokio::test]
+async fn a_statement_stuck_behind_a_lock_fails_at_the_statement_timeout() {
+    let options = schema().await;
+    let name = options.schema.clone();
+    let broker = PgBroker::connect_with(
+        &url(),
+        options
+            .listen(false)
+            .statement_timeout(Some(Duration::from_millis(300))),
+    )
+    .await
+    .unwrap();
+    broker
+        .enqueue(vec![NewJob::json("q", &1u64).unwrap()])
+        .await
+        .unwrap();
+    let mut holder = sqlx::PgConnection::connect(&url()).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "BEGIN; LOCK TABLE {name}.hopper_jobs IN ACCESS EXCLUSIVE MODE"
+    ))
+    .execute(&mut holder)
+    .await
+    .unwrap();
+    let ttl = Duration::from_secs(60);
+    let err = broker
+        .fetch(FetchRequest::one("q", 1, ttl))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("statement timeout"), "{err}");
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    holder.close().await.unwrap();
+    let fetched = broker.fetch(FetchRequest::one("q", 1, ttl)).await.unwrap();
+    assert_eq!(fetched.jobs.len(), 1);
+    broker.close().await;
+    drop_schema(name);
+}
