@@ -155,7 +155,8 @@ impl NewJob {
 
     /// Checks what a broker must refuse, naming the setting: a bad queue name, attempts
     /// outside 1..=[`MAX_ATTEMPTS`], a delay past [`MAX_DELAY`], a run time after
-    /// [`MAX_RUN_AT`], a NUL character in a header (no SQL text column holds one).
+    /// [`MAX_RUN_AT`], a header name empty or longer than [`MAX_HEADER_NAME`] bytes, a NUL
+    /// character in a header (no SQL text column holds one).
     pub fn validate(&self) -> Result<(), Error> {
         validate_queue_name(&self.queue)?;
         if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
@@ -178,6 +179,14 @@ impl NewJob {
             _ => {}
         }
         for (k, v) in &self.headers {
+            if k.is_empty() || k.len() > MAX_HEADER_NAME {
+                return Err(ConfigError::new(
+                    "header",
+                    k.escape_debug(),
+                    format!("a name of 1 to {MAX_HEADER_NAME} bytes"),
+                )
+                .into());
+            }
             if k.contains('\0') || v.contains('\0') {
                 return Err(ConfigError::new(
                     "header",
@@ -195,6 +204,9 @@ impl NewJob {
 pub const MAX_ATTEMPTS: u32 = i32::MAX as u32;
 /// The longest delay a job may be given: 100 years, far inside every broker's time column.
 pub const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 86_400);
+/// The longest header name, in bytes: what an AMQP field table can carry (a short
+/// string), so a job's headers mean the same on every broker.
+pub const MAX_HEADER_NAME: usize = 255;
 /// The latest time a job may be given to run at: the end of the year 9999, in ms.
 pub const MAX_RUN_AT: Millis = 253_402_300_799_999;
 
@@ -372,11 +384,14 @@ mod tests {
         assert_eq!(refused(job().run_at(far)), "run_at");
         assert_eq!(refused(job().header("a\0b", "v")), "header");
         assert_eq!(refused(job().header("k", "v\0")), "header");
+        assert_eq!(refused(job().header("", "v")), "header");
+        assert_eq!(refused(job().header("h".repeat(256), "v")), "header");
         for ok in [
             job().max_attempts(1),
             job().max_attempts(MAX_ATTEMPTS),
             job().delay(MAX_DELAY),
             job().header("k", "v"),
+            job().header("h".repeat(255), "v"),
         ] {
             ok.validate().unwrap();
         }
