@@ -102,7 +102,6 @@ impl Intake {
     /// fetch at a time, 13.9k jobs/s against 40k).
     #[inline]
     pub(super) fn queued(&self) -> bool {
-        let grew = |avg: Option<Duration>, min: Option<Duration>, by: u32| matches!((avg, min), (Some(avg), Some(min)) if avg > by * min);
         grew(self.per_fetch, self.per_fetch_min, 3) && grew(self.rtt, self.rtt_min, 2)
     }
 
@@ -123,4 +122,9 @@ impl Intake {
             self.rtt_min = Some(self.rtt_min.map_or(rtt, |m| m.min(rtt)));
         }
     }
+}
+
+/// Whether the moving average `avg` has passed `by` times the shortest time `min`.
+fn grew(avg: Option<Duration>, min: Option<Duration>, by: u32) -> bool {
+    matches!((avg, min), (Some(avg), Some(min)) if avg > by * min)
 }
