@@ -78,16 +78,13 @@ impl Pace {
 
 /// How long a broker waits for a server to answer a new connection, TCP and handshake
 /// together, before it gives up naming the host and port.
-pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs `f`, giving up (`None`) after `limit` of wall-clock time. The time is kept by a
 /// thread of its own rather than a tokio timer: on tokio's paused clock, as tests run, a
 /// timer would fire the moment the runtime waits on the network. The thread ends as soon
 /// as `f` does.
-async fn within_wall_clock<F: std::future::Future>(
-    limit: std::time::Duration,
-    f: F,
-) -> Option<F::Output> {
+async fn within_wall_clock<F: std::future::Future>(limit: Duration, f: F) -> Option<F::Output> {
     let (done, watch) = std::sync::mpsc::channel::<()>();
     let (fire, fired) = tokio::sync::oneshot::channel::<()>();
     std::thread::spawn(move || {

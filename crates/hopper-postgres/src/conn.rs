@@ -96,9 +96,9 @@ pub(crate) fn connection_lost(e: &Error) -> bool {
         .is_some_and(is_connection_error)
 }
 
-/// Opens one connection, giving up after `CONNECT_TIMEOUT`: a server that accepts the
-/// connection and never answers must not hang the caller. Errors name the URL, password
-/// hidden.
+/// Opens one connection, giving up after `limit` (the URL's `connect_timeout`): a server
+/// that accepts the connection and never answers must not hang the caller. Errors name
+/// the URL, password hidden.
 pub(crate) async fn connect(
     options: &PgConnectOptions,
     shown_url: &str,

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::handler::{
-    ErasedBatchHandler, ErrorKind, JobError, JobResult, OneHandler, panic_message, run_caught,
+    ErasedBatchHandler, ErrorKind, JobResult, OneHandler, panic_message, run_caught,
 };
 use crate::broker::Outcome;
 use crate::job::{Job, JobId, LeaseId};
@@ -297,17 +297,15 @@ pub(crate) struct TaskReport {
 }
 
 /// Runs a handler's future to its end, a panic caught as its message; or, with a
-/// `limit`, until then at most, when the future is dropped and the error says so.
-async fn run_limited<F: Future>(
-    fut: F,
-    limit: Option<Duration>,
-) -> Result<Result<F::Output, String>, String> {
+/// `limit`, until then at most, when the future is dropped and the message says so.
+/// Either message is a failed attempt ([`outcome_of`]).
+async fn run_limited<F: Future>(fut: F, limit: Option<Duration>) -> Result<F::Output, String> {
     let Some(limit) = limit else {
-        return Ok(run_caught(fut).await);
+        return run_caught(fut).await;
     };
     tokio::time::timeout(limit, run_caught(fut))
         .await
-        .map_err(|_| format!("timed out after {limit:?}"))
+        .unwrap_or_else(|_| Err(format!("timed out after {limit:?}")))
 }
 
 /// Turns a handler's result into the settlement the broker gets.
@@ -392,7 +390,6 @@ pub(crate) async fn run_handoff<H: OneHandler>(
                     }
                     None => run_limited(fut, limit).await,
                 };
-                let result = result.unwrap_or_else(|limit| Ok(Err(JobError::retry(limit))));
                 outcome_of(attempts, result, &ctx.retry)
             }
             Ok(Err(error)) => Outcome::DeadLetter { error },
@@ -439,10 +436,7 @@ async fn run_batch(ctx: &PoolContext, queue: usize, jobs: Vec<Job>, since: Insta
             took: Duration::ZERO,
         });
     }
-    let results = match run_limited(fut, ctx.timeouts[queue]).await {
-        Ok(caught) => caught,
-        Err(limit) => Err(limit),
-    };
+    let results = run_limited(fut, ctx.timeouts[queue]).await;
     let took = since.elapsed() / (kept.len().max(1) as u32);
     match results {
         Ok(results) if results.len() == kept.len() => {
