@@ -59,12 +59,9 @@ impl std::fmt::Debug for Link {
 pub(crate) const FRAME_MAX: u32 = 32 * 1024;
 
 /// `url` asking for frames of [`FRAME_MAX`] unless it names its own `frame_max`.
-fn with_frame_max(url: &str) -> String {
-    match url.split_once('?') {
-        Some((_, query)) if query.split('&').any(|p| p.starts_with("frame_max=")) => url.to_owned(),
-        Some(_) => format!("{url}&frame_max={FRAME_MAX}"),
-        None => format!("{url}?frame_max={FRAME_MAX}"),
-    }
+fn with_frame_max(mut url: hopper_core::BrokerUrl) -> String {
+    url.set_default("frame_max", &FRAME_MAX.to_string());
+    url.as_str().to_owned()
 }
 
 impl Link {
@@ -74,7 +71,7 @@ impl Link {
         options: &AmqpOptions,
     ) -> Self {
         Link {
-            url: with_frame_max(url.as_str()),
+            url: with_frame_max(url.clone()),
             redacted: url.shown().to_owned(),
             connect_timeout,
             name: options.connection_name.clone(),
@@ -262,16 +259,17 @@ mod frame_tests {
     /// Hopper asks for 32 KiB frames unless the URL names a size of its own.
     #[test]
     fn urls_ask_for_small_frames_unless_they_name_one() {
+        let framed = |raw: &str| {
+            let url = hopper_core::BrokerUrl::parse(raw, &["amqp"], "amqp://").unwrap();
+            with_frame_max(url)
+        };
+        assert_eq!(framed("amqp://h/%2f"), "amqp://h/%2f?frame_max=32768");
         assert_eq!(
-            with_frame_max("amqp://h/%2f"),
-            "amqp://h/%2f?frame_max=32768"
-        );
-        assert_eq!(
-            with_frame_max("amqp://h/%2f?heartbeat=5"),
+            framed("amqp://h/%2f?heartbeat=5"),
             "amqp://h/%2f?heartbeat=5&frame_max=32768"
         );
         assert_eq!(
-            with_frame_max("amqp://h/%2f?frame_max=131072&heartbeat=5"),
+            framed("amqp://h/%2f?frame_max=131072&heartbeat=5"),
             "amqp://h/%2f?frame_max=131072&heartbeat=5"
         );
     }

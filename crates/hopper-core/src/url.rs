@@ -87,6 +87,14 @@ impl BrokerUrl {
         Some(value)
     }
 
+    /// Sets the query parameter `key` to `value` unless the URL names it already: a
+    /// default the driver gets that the URL may override.
+    pub fn set_default(&mut self, key: &str, value: &str) {
+        if !self.url.query_pairs().any(|(k, _)| k == key) {
+            self.url.query_pairs_mut().append_pair(key, value);
+        }
+    }
+
     /// Takes `connect_timeout` (whole seconds, 1 to 3600) out of the URL: how long a new
     /// connection may go unanswered; [`CONNECT_TIMEOUT`](crate::CONNECT_TIMEOUT) without it.
     ///
@@ -175,6 +183,12 @@ mod tests {
         );
         assert_eq!(url.take("schema"), None);
         assert_eq!(url.take_connect_timeout().unwrap(), crate::CONNECT_TIMEOUT);
+        url.set_default("sslmode", "require");
+        url.set_default("application_name", "w1");
+        assert_eq!(
+            url.as_str(),
+            "postgres://app:s3cret@db:5432/jobs?sslmode=disable&application_name=w1"
+        );
 
         for (raw, why) in [
             (
