@@ -144,6 +144,12 @@ impl Broker for AmqpBroker {
         Capabilities::pushed("amqp")
     }
 
+    fn limits(&self) -> hopper_core::Limits {
+        hopper_core::Limits {
+            max_payload: self.options().max_payload,
+        }
+    }
+
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
         let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
         queues.sort_unstable();

@@ -6,8 +6,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use hopper_core::ConfigError;
 use hopper_core::job::validate_queue_name;
+use hopper_core::{ConfigError, Limits};
 
 /// The largest window AMQP can express: `basic.qos` carries a 16-bit prefetch count.
 pub const MAX_WINDOW: u32 = u16::MAX as u32;
@@ -131,6 +131,11 @@ pub struct AmqpOptions {
     /// reach half the window or wait this long; a connection lost meanwhile runs those jobs
     /// again. Zero sends every ack at once. At most [`MAX_ACK_HOLD`].
     pub ack_hold: Duration,
+    /// The largest payload an enqueue accepts, in bytes (default
+    /// [`DEFAULT_MAX_PAYLOAD`](hopper_core::job::DEFAULT_MAX_PAYLOAD), 8 MiB; at most
+    /// 512 MiB). RabbitMQ 4 refuses messages over 16 MiB unless its `max_message_size` is
+    /// raised, and closes the channel when it does.
+    pub max_payload: usize,
 }
 
 /// The longest [`AmqpOptions::ack_hold`] allowed.
@@ -148,6 +153,7 @@ impl Default for AmqpOptions {
             reconnect_max: Duration::from_secs(5),
             connection_name: None,
             ack_hold: Duration::from_millis(100),
+            max_payload: hopper_core::job::DEFAULT_MAX_PAYLOAD,
         }
     }
 }
@@ -207,13 +213,19 @@ impl AmqpOptions {
         self
     }
 
+    /// Sets [`max_payload`](Self::max_payload).
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
     /// The settings of `queue`.
     pub fn settings(&self, queue: &str) -> &QueueSettings {
         self.queues.get(queue).unwrap_or(&self.default_queue)
     }
 
     /// Reads Hopper's settings from an `amqp://` URL's query (`prefetch`, `declare`,
-    /// `queue_type`, `confirms`, `ack_hold_ms`) over these options; other keys are left to lapin
+    /// `queue_type`, `confirms`, `ack_hold_ms`, `max_payload`) over these options; other keys are left to lapin
     /// (`heartbeat`, `frame_max`, `connection_timeout`, …).
     pub fn with_url_settings(mut self, url: &str) -> Result<Self, ConfigError> {
         let Some((_, query)) = url.split_once('?') else {
@@ -242,6 +254,7 @@ impl AmqpOptions {
                         .map_err(|_| ConfigError::new("ack_hold_ms", value, ack_hold_allowed()))?;
                     self.ack_hold = Duration::from_millis(ms);
                 }
+                "max_payload" => self.max_payload = Limits::parse_max_payload(value)?.max_payload,
                 _ => {}
             }
         }
@@ -249,6 +262,7 @@ impl AmqpOptions {
     }
 
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        Limits::max_payload(self.max_payload)?;
         if let Some(w) = self.prefetch {
             validate_window("prefetch", w)?;
         }
@@ -320,6 +334,17 @@ mod tests {
             "invalid prefetch `0`: allowed: 1..=65535 (leave it unset for no limit)"
         );
         assert!(validate_window("prefetch", 70_000).is_err());
+        let o = AmqpOptions::new()
+            .with_url_settings("amqp://h?max_payload=2MiB")
+            .unwrap();
+        assert_eq!(o.max_payload, 2 << 20);
+        let e = AmqpOptions::new()
+            .with_url_settings("amqp://h?max_payload=lots")
+            .unwrap_err();
+        assert_eq!(
+            (e.setting.as_str(), e.value.as_str()),
+            ("max_payload", "lots")
+        );
     }
 
     #[test]

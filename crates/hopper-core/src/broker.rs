@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::error::Result;
-use crate::job::{Job, JobId, LeaseId, Millis, NewJob};
+use crate::job::{Job, JobId, LeaseId, Limits, Millis, NewJob};
 
 /// How many jobs one fetch may take from one queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -282,10 +282,17 @@ impl Capabilities {
 pub struct CheckedJobs(Vec<NewJob>);
 
 impl CheckedJobs {
-    /// Checks each job; the first that fails is the error, and no job is accepted.
+    /// Checks each job within the default [`Limits`]; the first that fails is the error,
+    /// and no job is accepted.
     pub fn check(jobs: Vec<NewJob>) -> Result<Self> {
+        Self::check_within(jobs, &Limits::default())
+    }
+
+    /// Checks each job within a broker's `limits`; the first that fails is the error, and
+    /// no job is accepted.
+    pub fn check_within(jobs: Vec<NewJob>, limits: &Limits) -> Result<Self> {
         for job in &jobs {
-            job.validate()?;
+            job.validate_within(limits)?;
         }
         Ok(CheckedJobs(jobs))
     }
@@ -319,11 +326,19 @@ pub trait Broker: Send + Sync + Debug + 'static {
     /// What this broker supports.
     fn capabilities(&self) -> Capabilities;
 
+    /// What this broker accepts in a job beyond the fixed ranges (its payload limit).
+    fn limits(&self) -> Limits {
+        Limits::default()
+    }
+
     /// Accepts jobs, all in one round trip, and returns their ids in order. Checks every
-    /// job first ([`CheckedJobs::check`]): one that fails is the error, and none is stored.
-    /// Brokers implement [`enqueue_checked`](Broker::enqueue_checked) instead.
+    /// job first ([`CheckedJobs::check_within`] the broker's [`limits`](Broker::limits)):
+    /// one that fails is the error, and none is stored. Brokers implement
+    /// [`enqueue_checked`](Broker::enqueue_checked) instead.
     async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        self.enqueue_checked(CheckedJobs::check(jobs)?).await
+        let limits = self.limits();
+        self.enqueue_checked(CheckedJobs::check_within(jobs, &limits)?)
+            .await
     }
 
     /// Stores jobs already checked, all in one round trip, and returns their ids in order.

@@ -9,6 +9,12 @@ use smallvec::SmallVec;
 use crate::error::{ConfigError, Error};
 pub(crate) use crate::id::{IdMap, IdSet};
 pub use crate::id::{JobId, LeaseId};
+pub use limits::{
+    DEFAULT_MAX_PAYLOAD, Limits, MAX_ATTEMPTS, MAX_DELAY, MAX_HEADER_NAME, MAX_HEADERS_BYTES,
+    MAX_PAYLOAD_LIMIT, MAX_RUN_AT, MIN_RUN_AT,
+};
+
+mod limits;
 
 /// Attempts a job gets when its producer names no other number (Sidekiq's default).
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
@@ -152,63 +158,7 @@ impl NewJob {
             serde_json::to_string(&self.headers).expect("a map of strings always serialises")
         })
     }
-
-    /// Checks what a broker must refuse, naming the setting: a bad queue name, attempts
-    /// outside 1..=[`MAX_ATTEMPTS`], a delay past [`MAX_DELAY`], a run time after
-    /// [`MAX_RUN_AT`], a header name empty or longer than [`MAX_HEADER_NAME`] bytes, a NUL
-    /// character in a header (no SQL text column holds one).
-    pub fn validate(&self) -> Result<(), Error> {
-        validate_queue_name(&self.queue)?;
-        if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
-            let allowed = format!("1..={MAX_ATTEMPTS}");
-            return Err(ConfigError::new("max_attempts", self.max_attempts, allowed).into());
-        }
-        match self.run_at {
-            RunAt::After(d) if d > MAX_DELAY => {
-                let allowed = format!("at most {} days", MAX_DELAY.as_secs() / 86_400);
-                return Err(ConfigError::new("delay", format!("{d:?}"), allowed).into());
-            }
-            RunAt::At(t) if to_millis(t) > MAX_RUN_AT => {
-                return Err(ConfigError::new(
-                    "run_at",
-                    format!("{t:?}"),
-                    "no later than the year 9999",
-                )
-                .into());
-            }
-            _ => {}
-        }
-        for (k, v) in &self.headers {
-            if k.is_empty() || k.len() > MAX_HEADER_NAME {
-                return Err(ConfigError::new(
-                    "header",
-                    k.escape_debug(),
-                    format!("a name of 1 to {MAX_HEADER_NAME} bytes"),
-                )
-                .into());
-            }
-            if k.contains('\0') || v.contains('\0') {
-                return Err(ConfigError::new(
-                    "header",
-                    k.escape_debug(),
-                    "no NUL character in a header's name or value",
-                )
-                .into());
-            }
-        }
-        Ok(())
-    }
 }
-
-/// The most attempts a job may be given.
-pub const MAX_ATTEMPTS: u32 = i32::MAX as u32;
-/// The longest delay a job may be given: 100 years, far inside every broker's time column.
-pub const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 86_400);
-/// The longest header name, in bytes: what an AMQP field table can carry (a short
-/// string), so a job's headers mean the same on every broker.
-pub const MAX_HEADER_NAME: usize = 255;
-/// The latest time a job may be given to run at: the end of the year 9999, in ms.
-pub const MAX_RUN_AT: Millis = 253_402_300_799_999;
 
 /// Reads headers stored by [`NewJob::headers_json`]: `None` is no headers.
 pub fn headers_from_json(
@@ -365,43 +315,6 @@ impl JobCopy {
 
 #[cfg(test)]
 mod tests {
-    /// Values past what every broker stores are refused by name before any is written:
-    /// no wrap-around into the past, no silent clamp.
-    #[test]
-    fn out_of_range_values_are_refused_by_name() {
-        let job = || NewJob::new("q", b"x".to_vec());
-        let refused = |j: NewJob| match j.validate() {
-            Err(Error::Config(c)) => c.setting,
-            other => panic!("not refused: {other:?}"),
-        };
-        assert_eq!(refused(job().max_attempts(0)), "max_attempts");
-        assert_eq!(refused(job().delay(Duration::MAX)), "delay");
-        assert_eq!(
-            refused(job().delay(MAX_DELAY + Duration::from_millis(1))),
-            "delay"
-        );
-        let far = SystemTime::UNIX_EPOCH + Duration::from_secs(400_000_000_000);
-        assert_eq!(refused(job().run_at(far)), "run_at");
-        assert_eq!(refused(job().header("a\0b", "v")), "header");
-        assert_eq!(refused(job().header("k", "v\0")), "header");
-        assert_eq!(refused(job().header("", "v")), "header");
-        assert_eq!(refused(job().header("h".repeat(256), "v")), "header");
-        for ok in [
-            job().max_attempts(1),
-            job().max_attempts(MAX_ATTEMPTS),
-            job().delay(MAX_DELAY),
-            job().header("k", "v"),
-            job().header("h".repeat(255), "v"),
-        ] {
-            ok.validate().unwrap();
-        }
-        assert_eq!(to_millis(far), 400_000_000_000_000);
-        assert_eq!(
-            to_millis(SystemTime::UNIX_EPOCH + Duration::from_secs(u64::MAX / 2)),
-            i64::MAX
-        );
-    }
-
     use super::*;
 
     fn job(payload: Vec<u8>) -> Job {

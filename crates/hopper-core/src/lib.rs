@@ -30,7 +30,7 @@ pub use broker::{
 };
 pub use clock::{CONNECT_TIMEOUT, Clock, connect_within};
 pub use error::{Chain, ConfigError, Error, Result};
-pub use job::{Job, JobCopy, JobId, LeaseId, Millis, NewJob, RunAt};
+pub use job::{Job, JobCopy, JobId, LeaseId, Limits, Millis, NewJob, RunAt};
 pub use memory::MemoryBroker;
 pub use prefetch::{AutoSizer, Prefetch};
 pub use retry::RetryPolicy;

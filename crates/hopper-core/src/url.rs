@@ -95,6 +95,17 @@ impl BrokerUrl {
         }
     }
 
+    /// Takes `max_payload` (bytes, or a number with `KiB` or `MiB`) out of the URL: the
+    /// largest payload the broker accepts; `None` without it.
+    ///
+    /// # Errors
+    /// A value that is not such a size, or is out of range, named.
+    pub fn take_max_payload(&mut self) -> Result<Option<usize>, ConfigError> {
+        self.take("max_payload")
+            .map(|v| crate::Limits::parse_max_payload(&v).map(|l| l.max_payload))
+            .transpose()
+    }
+
     /// Takes `connect_timeout` (whole seconds, 1 to 3600) out of the URL: how long a new
     /// connection may go unanswered; [`CONNECT_TIMEOUT`](crate::CONNECT_TIMEOUT) without it.
     ///

@@ -42,6 +42,7 @@ pub struct MySqlBroker {
 struct Inner {
     conns: Connections,
     clock: Option<Clock>,
+    limits: hopper_core::Limits,
     /// Bumped after this broker's own committed enqueues, retries and releases, and by the
     /// wake poller when another process enqueued.
     wake: watch::Sender<u64>,
@@ -100,13 +101,17 @@ impl MySqlBroker {
     ///
     /// # Errors
     /// As [`connect`](Self::connect), and a configuration error for an invalid option.
-    pub async fn connect_with(url: &str, options: MySqlOptions) -> Result<MySqlBroker> {
-        options.validate()?;
+    pub async fn connect_with(url: &str, mut options: MySqlOptions) -> Result<MySqlBroker> {
         let parsed = BrokerUrl::parse(url)?;
+        if let Some(bytes) = parsed.max_payload {
+            options.max_payload = bytes;
+        }
+        options.validate()?;
         let conns = Connections::new(
             parsed.options.clone(),
             parsed.shown.clone(),
             parsed.connect_timeout,
+            options.statement_timeout,
             options.connections,
         );
         let (found, id_step) = run!(&conns, "checking the schema", Repeat::Safe, |conn| async {
@@ -131,6 +136,9 @@ impl MySqlBroker {
             inner: Arc::new(Inner {
                 conns,
                 clock: options.clock,
+                limits: hopper_core::Limits {
+                    max_payload: options.max_payload,
+                },
                 wake,
                 poller,
                 reap_pace: Pace::new(REAP_EVERY_MS),
@@ -191,6 +199,10 @@ fn merge_budgets(request: &FetchRequest) -> Vec<(&str, usize)> {
 impl Broker for MySqlBroker {
     fn capabilities(&self) -> Capabilities {
         Capabilities::leased_sql("mysql")
+    }
+
+    fn limits(&self) -> hopper_core::Limits {
+        self.inner.limits
     }
 
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {

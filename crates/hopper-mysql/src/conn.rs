@@ -14,12 +14,18 @@
 //! when a call's future is dropped halfway: its connection may be inside a transaction or a
 //! half-read reply, and closing it makes the server roll the transaction back.
 //!
-//! A call is repeated once, on a fresh connection, only when repeating it cannot apply it
-//! twice: reads, idempotent updates, and transactions that failed before `COMMIT` was sent
-//! (the server rolled them back). A transaction is also repeated once after a deadlock or
-//! a lock wait timeout. Other calls report the error; before one of those runs on a
-//! connection that sat idle long enough for a server or proxy to have closed it, the
-//! connection is pinged first, so the first enqueue after a quiet night does not fail.
+//! A call is repeated on another connection only when repeating it cannot apply it twice:
+//! reads, idempotent updates, transactions that failed before `COMMIT` was sent (the server
+//! rolled them back), and any statement the server aborted by ending the session with an
+//! error of its own (`KILL`, shutdown). It goes on to the next connection while the one
+//! that broke was an older one, since after a restart or a `KILL` of them all every one is
+//! gone, and is repeated once more on a connection opened for it. A transaction is also
+//! repeated once after a deadlock or a lock wait timeout.
+//!
+//! Other calls report the error. Before one of those runs on a connection that sat idle
+//! long enough for a server or proxy to have closed it, or that was last used before
+//! another connection of the set broke, the connection is pinged first, so the first
+//! enqueue after a quiet night or a restart does not fail.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -47,10 +53,12 @@ pub(crate) enum Repeat {
     Unsafe,
 }
 
-/// One open connection and when it was last handed back.
+/// One open connection, when it was last handed back, and the set's count of broken
+/// connections then.
 struct Open {
     conn: MySqlConnection,
     last_used: Instant,
+    breaks_seen: usize,
 }
 
 pub(crate) struct Connections {
@@ -58,8 +66,14 @@ pub(crate) struct Connections {
     shown_url: String,
     /// How long a new connection may go unanswered.
     limit: Duration,
+    /// The longest a statement may run on the server ([`limit_statements`]).
+    statement_timeout: Option<Duration>,
     slots: Vec<Mutex<Option<Open>>>,
     next: AtomicUsize,
+    /// Connections of the set dropped as broken so far. One that was fine before the last
+    /// break is pinged before a call that cannot be repeated: what broke one (a restart, a
+    /// `KILL` of them all) has often broken the others.
+    breaks: AtomicUsize,
 }
 
 /// A connection taken for one call. Dropped before the call marked it clean, it closes the
@@ -67,7 +81,10 @@ pub(crate) struct Connections {
 pub(crate) struct Held<'a> {
     slot: MutexGuard<'a, Option<Open>>,
     clean: bool,
+    /// Opened for this call rather than reused.
+    fresh: bool,
     shown_url: &'a str,
+    breaks: &'a AtomicUsize,
 }
 
 /// What a call does after one try: return, or run again on a fresh connection.
@@ -97,18 +114,25 @@ impl Held<'_> {
             Err(e) => {
                 let broken = is_connection_error(&e);
                 self.clean = !broken;
-                if broken && repeat == Repeat::Safe && !*repeated {
+                let may = repeat == Repeat::Safe || ended_by_server(&e);
+                if broken && may && self.again(repeated) {
                     tracing::debug!(
                         url = %self.shown_url,
                         error = %e,
                         "{what}: connection lost; repeating on a new one"
                     );
-                    *repeated = true;
                     return Next::Again;
                 }
                 Next::Done(Err(Error::broker(what.to_owned(), e)))
             }
         }
+    }
+
+    /// Whether a call whose connection broke may run again: always when the connection
+    /// was an older one (the others of the set may be gone too, after a server restart or
+    /// a `KILL` of them all, and each try drops one), once when it was opened for the call.
+    fn again(&self, repeated: &mut bool) -> bool {
+        !self.fresh || !std::mem::replace(repeated, true)
     }
 
     /// Opens a transaction.
@@ -141,13 +165,17 @@ impl Held<'_> {
                         .execute(sql::fixed(&sql::ROLLBACK))
                         .await
                         .is_ok();
-                if (broken || is_lock_conflict(&e)) && !*repeated {
+                let again = if broken {
+                    self.again(repeated)
+                } else {
+                    is_lock_conflict(&e) && !std::mem::replace(repeated, true)
+                };
+                if again {
                     tracing::debug!(
                         url = %self.shown_url,
                         error = %e,
                         "{what}: transaction failed before commit; running it again"
                     );
-                    *repeated = true;
                     return Next::Again;
                 }
                 Next::Done(Err(Error::broker(what.to_owned(), e)))
@@ -161,9 +189,11 @@ impl Drop for Held<'_> {
         if self.clean {
             if let Some(open) = self.slot.as_mut() {
                 open.last_used = Instant::now();
+                open.breaks_seen = self.breaks.load(Ordering::Relaxed);
             }
         } else {
             *self.slot = None;
+            self.breaks.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -225,12 +255,24 @@ macro_rules! transaction {
 
 pub(crate) use {run, transaction};
 
-/// Whether `e` means the connection itself is unusable.
+/// Whether `e` means the connection itself is unusable: a broken socket or stream, or the
+/// server ending the session ([`ended_by_server`]).
 pub(crate) fn is_connection_error(e: &sqlx::Error) -> bool {
     matches!(
         e,
         sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_)
-    )
+    ) || ended_by_server(e)
+}
+
+/// Server errors that end the session, aborting the statement it was running: MariaDB's
+/// "connection was killed" (`KILL` of a busy connection), a shutdown in progress, and
+/// MySQL 8's disconnect of an inactive client. What the statement did was rolled back, so
+/// even an enqueue may be sent again.
+const ENDED_BY_SERVER: [u16; 3] = [1927, 1053, 4031];
+
+/// Whether the server ended the session with an error of its own ([`ENDED_BY_SERVER`]).
+pub(crate) fn ended_by_server(e: &sqlx::Error) -> bool {
+    server_error_number(e).is_some_and(|n| ENDED_BY_SERVER.contains(&n))
 }
 
 /// Whether `e` is a deadlock or lock wait timeout: the transaction can simply run again.
@@ -263,19 +305,48 @@ pub(crate) async fn open(
     Ok(conn)
 }
 
+/// MySQL's error number for a system variable it does not know.
+const ER_UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
+
+/// Bounds each statement of the session at `limit` on the server: MariaDB's
+/// `max_statement_time`, or where that is unknown MySQL's `max_execution_time` (which
+/// covers read-only SELECTs only), and the wait for a table's metadata lock (an `ALTER` or
+/// `LOCK TABLES` elsewhere) with `lock_wait_timeout` in whole seconds. Row lock waits
+/// already end at InnoDB's `innodb_lock_wait_timeout` (50 s by default).
+async fn limit_statements(conn: &mut MySqlConnection, limit: Duration) -> Result<(), sqlx::Error> {
+    let whole = (limit.as_secs() + u64::from(limit.subsec_nanos() > 0)).max(1);
+    let mariadb = format!(
+        "SET SESSION max_statement_time = {:.3}, lock_wait_timeout = {whole}",
+        limit.as_secs_f64()
+    );
+    match conn.execute(sqlx::raw_sql(&mariadb)).await {
+        Err(e) if server_error_number(&e) == Some(ER_UNKNOWN_SYSTEM_VARIABLE) => {
+            let mysql = format!(
+                "SET SESSION max_execution_time = {}, lock_wait_timeout = {whole}",
+                limit.as_millis().max(1)
+            );
+            conn.execute(sqlx::raw_sql(&mysql)).await.map(drop)
+        }
+        other => other.map(drop),
+    }
+}
+
 impl Connections {
     pub(crate) fn new(
         options: MySqlConnectOptions,
         shown_url: String,
         limit: Duration,
+        statement_timeout: Option<Duration>,
         n: usize,
     ) -> Self {
         Connections {
             options,
             shown_url,
             limit,
+            statement_timeout,
             slots: (0..n).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
+            breaks: AtomicUsize::new(0),
         }
     }
 
@@ -297,25 +368,37 @@ impl Connections {
         // slot empty rather than holding a connection in an unknown state.
         let mut open = slot.take();
         if let Some(o) = open.as_mut() {
-            if repeat == Repeat::Unsafe
-                && o.last_used.elapsed() >= IDLE_CHECK
-                && o.conn.ping().await.is_err()
-            {
+            let suspect = o.last_used.elapsed() >= IDLE_CHECK
+                || o.breaks_seen != self.breaks.load(Ordering::Relaxed);
+            if repeat == Repeat::Unsafe && suspect && o.conn.ping().await.is_err() {
                 open = None;
             }
         }
+        let fresh = open.is_none();
         let open = match open {
             Some(o) => o,
-            None => Open {
-                conn: self::open(&self.options, &self.shown_url, self.limit).await?,
-                last_used: Instant::now(),
-            },
+            None => {
+                let mut conn = self::open(&self.options, &self.shown_url, self.limit).await?;
+                if let Some(limit) = self.statement_timeout {
+                    limit_statements(&mut conn, limit).await.map_err(|e| {
+                        let what = format!("setting statement_timeout on {}", self.shown_url);
+                        Error::broker(what, e)
+                    })?;
+                }
+                Open {
+                    conn,
+                    last_used: Instant::now(),
+                    breaks_seen: self.breaks.load(Ordering::Relaxed),
+                }
+            }
         };
         *slot = Some(open);
         Ok(Held {
             slot,
             clean: false,
+            fresh,
             shown_url: &self.shown_url,
+            breaks: &self.breaks,
         })
     }
 

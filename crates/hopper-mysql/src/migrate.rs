@@ -15,7 +15,10 @@ use crate::sql::{self, fixed};
 use crate::url::BrokerUrl;
 
 /// The migrations, in order; a schema at version N has the first N applied.
-pub(crate) const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_create_jobs.sql")];
+pub(crate) const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_create_jobs.sql"),
+    include_str!("../migrations/0002_range_checks.sql"),
+];
 
 /// The schema version this build needs: the number of its migrations.
 fn needed_version() -> u32 {
@@ -24,6 +27,10 @@ fn needed_version() -> u32 {
 
 /// MySQL's error number for a missing table.
 const ER_NO_SUCH_TABLE: u16 = 1146;
+/// A CHECK constraint of that name exists: MariaDB's number, then MySQL 8's. A migration
+/// adds its constraints in its last statement, so finding them means a run stopped after it
+/// but before its version was recorded.
+const ER_DUP_CONSTRAINT: [u16; 2] = [1826, 3822];
 
 /// Brings the database named by the URL up to this build's schema version. Returns how
 /// many migrations it applied (0 when already up to date). Safe to run from several
@@ -71,7 +78,12 @@ async fn apply_locked(conn: &mut MySqlConnection) -> Result<u32, sqlx::Error> {
             continue;
         }
         let migration: &'static str = migration;
-        conn.execute(sqlx::raw_sql(migration)).await?;
+        match conn.execute(sqlx::raw_sql(migration)).await {
+            Err(e) if server_error_number(&e).is_some_and(|n| ER_DUP_CONSTRAINT.contains(&n)) => {}
+            other => {
+                other?;
+            }
+        }
         sqlx::query(fixed(&sql::RECORD_MIGRATION))
             .bind(target)
             .execute(&mut *conn)

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use hopper_core::{Clock, ConfigError};
+use hopper_core::{Clock, ConfigError, Limits};
 
 /// How a [`MySqlBroker`](crate::MySqlBroker) connects and behaves.
 ///
@@ -32,6 +32,17 @@ pub struct MySqlOptions {
     /// on tokio's paused clock); idle workers then find other processes' jobs by their own
     /// poll.
     pub wake_poll: Option<(Duration, Duration)>,
+    /// The largest payload an enqueue accepts, in bytes (default
+    /// [`DEFAULT_MAX_PAYLOAD`](hopper_core::job::DEFAULT_MAX_PAYLOAD), 8 MiB; at most
+    /// 512 MiB, and no more than the server's `max_allowed_packet` can carry). A
+    /// `max_payload=` in the broker URL overrides it.
+    pub max_payload: usize,
+    /// The longest any of the broker's statements may run on the server (default 60 s;
+    /// `None` keeps the server's settings): a claim, settlement or enqueue stuck behind a
+    /// table lock someone else holds fails with the server's "max_statement_time exceeded"
+    /// instead of holding its worker forever. MariaDB bounds every statement; MySQL 8
+    /// bounds read-only SELECTs and the wait for a table's lock. Migrations run without it.
+    pub statement_timeout: Option<Duration>,
 }
 
 impl Default for MySqlOptions {
@@ -40,6 +51,8 @@ impl Default for MySqlOptions {
             clock: None,
             connections: 4,
             wake_poll: Some((Duration::from_millis(20), Duration::from_secs(1))),
+            max_payload: hopper_core::job::DEFAULT_MAX_PAYLOAD,
+            statement_timeout: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -63,7 +76,31 @@ impl MySqlOptions {
         self
     }
 
+    /// [`MySqlOptions::max_payload`].
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
+    /// [`MySqlOptions::statement_timeout`].
+    pub fn statement_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.statement_timeout = limit;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        Limits::max_payload(self.max_payload)?;
+        if self
+            .statement_timeout
+            .is_some_and(|t| t < Duration::from_millis(1))
+        {
+            let value = format!("{:?}", self.statement_timeout.unwrap_or_default());
+            return Err(ConfigError::new(
+                "statement_timeout",
+                value,
+                "1 ms or more, or None",
+            ));
+        }
         if !(1..=64).contains(&self.connections) {
             return Err(ConfigError::new("connections", self.connections, "1..=64"));
         }

@@ -21,14 +21,17 @@ pub(crate) struct BrokerUrl {
     pub(crate) shown: String,
     /// How long a new connection may go unanswered (`connect_timeout`, in seconds).
     pub(crate) connect_timeout: Duration,
+    /// `max_payload`, when the URL names one.
+    pub(crate) max_payload: Option<usize>,
 }
 
 impl BrokerUrl {
-    /// Reads `url` through core's [`hopper_core::BrokerUrl`]; `connect_timeout` is Hopper's
-    /// and does not reach the driver.
+    /// Reads `url` through core's [`hopper_core::BrokerUrl`]; `connect_timeout` and
+    /// `max_payload` are Hopper's and do not reach the driver.
     pub(crate) fn parse(url: &str) -> Result<Self> {
         let mut parsed = hopper_core::BrokerUrl::parse(url, &["mysql", "mariadb"], ALLOWED)?;
         let connect_timeout = parsed.take_connect_timeout()?;
+        let max_payload = parsed.take_max_payload()?;
         let shown = parsed.shown().to_owned();
         let refuse = |why: String| Error::Config(ConfigError::new("broker URL", &shown, why));
         let options = MySqlConnectOptions::from_str(parsed.as_str())
@@ -45,6 +48,7 @@ impl BrokerUrl {
             options,
             shown,
             connect_timeout,
+            max_payload,
         })
     }
 }

@@ -7,8 +7,10 @@
 mod mysql {
     mod clock;
     mod idle;
+    mod killed;
     mod migrations;
     mod plans;
+    mod ranges;
     mod settling;
     mod suite;
     pub mod support;

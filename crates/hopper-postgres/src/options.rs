@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use hopper_core::{Clock, ConfigError};
+use hopper_core::{Clock, ConfigError, Limits};
 
 /// The schema Hopper's tables live in unless told otherwise.
 pub const DEFAULT_SCHEMA: &str = "hopper";
@@ -46,6 +46,10 @@ pub struct PgOptions {
     /// statement timeout" instead of holding its worker forever. Vacuums and migrations
     /// run on connections without it.
     pub statement_timeout: Option<Duration>,
+    /// The largest payload an enqueue accepts, in bytes (default
+    /// [`DEFAULT_MAX_PAYLOAD`](hopper_core::job::DEFAULT_MAX_PAYLOAD), 8 MiB; at most
+    /// 512 MiB). A `max_payload=` in the broker URL overrides it.
+    pub max_payload: usize,
 }
 
 impl Default for PgOptions {
@@ -59,6 +63,7 @@ impl Default for PgOptions {
             vacuum_after: Some(10_000),
             durable_settlements: true,
             statement_timeout: Some(Duration::from_secs(60)),
+            max_payload: hopper_core::job::DEFAULT_MAX_PAYLOAD,
         }
     }
 }
@@ -114,8 +119,15 @@ impl PgOptions {
         self
     }
 
+    /// [`PgOptions::max_payload`].
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         validate_schema(&self.schema)?;
+        Limits::max_payload(self.max_payload)?;
         if self
             .statement_timeout
             .is_some_and(|t| t < Duration::from_millis(1))

@@ -7,6 +7,7 @@ mod postgres {
     mod killed;
     mod migrations;
     mod plans;
+    mod ranges;
     mod suite;
     pub mod support;
     mod transactions;

@@ -50,6 +50,7 @@ struct Inner {
     _watch: Option<FileWatch>,
     writer: Writer,
     clock: Clock,
+    limits: hopper_core::Limits,
     path: PathBuf,
     /// Bumped after committed work that a worker could take (enqueue, retry, release), so
     /// an idle worker in this process wakes at once rather than at its next poll. Shared by
@@ -134,6 +135,9 @@ impl SqliteBroker {
                 _watch: watch,
                 writer,
                 clock: options.clock,
+                limits: hopper_core::Limits {
+                    max_payload: options.max_payload,
+                },
                 path,
                 wake,
                 reap_pace: Pace::new(REAP_EVERY_MS),
@@ -163,6 +167,10 @@ fn millis(d: Duration) -> Millis {
 impl Broker for SqliteBroker {
     fn capabilities(&self) -> Capabilities {
         Capabilities::leased_sql("sqlite")
+    }
+
+    fn limits(&self) -> hopper_core::Limits {
+        self.inner.limits
     }
 
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use hopper_core::{Clock, ConfigError};
+use hopper_core::{Clock, ConfigError, Limits};
 
 /// Settings for [`SqliteBroker::open_with`](crate::SqliteBroker::open_with).
 ///
@@ -38,6 +38,11 @@ pub struct SqliteOptions {
     /// command. A worker at batch 100 sends its next call 250–400 µs after the last reply;
     /// at 250 µs the thread mostly slept anyway there (BENCHMARKS.md, twelfth session).
     pub spin_wait: Duration,
+    /// The largest payload an enqueue accepts, in bytes (default
+    /// [`DEFAULT_MAX_PAYLOAD`](hopper_core::job::DEFAULT_MAX_PAYLOAD), 8 MiB; at most
+    /// 512 MiB). Every job passes through the one writer thread, so one huge payload
+    /// holds up every other enqueue and claim while it is written.
+    pub max_payload: usize,
 }
 
 impl Default for SqliteOptions {
@@ -47,6 +52,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             group_commit_limit: 256,
             spin_wait: Duration::from_micros(500),
+            max_payload: hopper_core::job::DEFAULT_MAX_PAYLOAD,
         }
     }
 }
@@ -76,7 +82,14 @@ impl SqliteOptions {
         self
     }
 
+    /// Sets [`max_payload`](Self::max_payload).
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        Limits::max_payload(self.max_payload)?;
         if self.group_commit_limit == 0 {
             return Err(ConfigError::new(
                 "group_commit_limit",

@@ -82,6 +82,7 @@ statements! {
 pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_create_jobs.sql"),
     include_str!("../migrations/0002_one_lease_index.sql"),
+    include_str!("../migrations/0003_range_checks.sql"),
 ];
 
 #[cfg(test)]

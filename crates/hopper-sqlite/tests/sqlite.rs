@@ -6,6 +6,7 @@ mod sqlite {
     mod durability;
     mod group_commit;
     mod open;
+    mod ranges;
     mod sharing;
     mod suite;
     pub mod support;

@@ -58,6 +58,9 @@ impl Broker for WithCleanup {
     fn capabilities(&self) -> Capabilities {
         self.inner().capabilities()
     }
+    fn limits(&self) -> hopper_core::Limits {
+        self.inner().limits()
+    }
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
         self.inner().enqueue_checked(jobs).await
     }

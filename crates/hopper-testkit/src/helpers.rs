@@ -203,3 +203,24 @@ pub fn assert_each_once(seen: &[JobId], expected: &[JobId]) {
     );
     assert_eq!(seen.len(), expected.len(), "jobs claimed in total");
 }
+
+/// Asserts that `queue`'s dead letters are exactly `expected`: each payload (as text, in
+/// payload order) with its last error.
+pub async fn assert_dead_letters(broker: &dyn Broker, queue: &str, expected: &[(&str, &str)]) {
+    let mut found: Vec<(String, String)> = broker
+        .dead_letters(queue, expected.len() + 10)
+        .await
+        .unwrap_or_else(|e| panic!("dead letters of {queue}: {e}"))
+        .into_iter()
+        .map(|r| {
+            let payload = String::from_utf8_lossy(&r.job.payload).into_owned();
+            (payload, r.last_error.unwrap_or_default())
+        })
+        .collect();
+    found.sort();
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(p, e)| ((*p).to_owned(), (*e).to_owned()))
+        .collect();
+    assert_eq!(found, expected, "dead letters of {queue}");
+}

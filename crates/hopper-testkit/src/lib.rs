@@ -60,6 +60,8 @@ macro_rules! broker_suite {
     ($factory:expr $(,)?) => {
         $crate::broker_suite!(@paused $factory;
             enqueue_one_and_many,
+            values_out_of_range,
+            values_at_the_edges,
             fetch_order,
             delayed_jobs,
             fetch_capped_by_limit,

@@ -13,7 +13,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
     assert_eq!(
         err.to_string(),
         format!(
-            "broker error: the hopper schema in {url} is at version 0 but this build needs 1: \
+            "broker error: the hopper schema in {url} is at version 0 but this build needs 2: \
              run `hopper migrate --broker {url}`",
             url = db.url
         )
@@ -23,7 +23,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
 #[tokio::test]
 async fn migrating_twice_applies_nothing_the_second_time() {
     let db = TempDatabase::empty().await;
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     assert_eq!(broker.url(), db.url);
@@ -39,7 +39,7 @@ async fn concurrent_migrations_apply_each_version_once() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 1]);
+    assert_eq!(applied, [0, 2]);
 }
 
 #[tokio::test]
@@ -53,7 +53,7 @@ async fn a_schema_newer_than_this_build_is_refused() {
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema in {} is at version 99, newer than this build (1): upgrade hopper",
+            "the hopper schema in {} is at version 99, newer than this build (2): upgrade hopper",
             db.url
         )),
         "{err}"

@@ -31,21 +31,26 @@ const PLANNING: [(&str, &str); 2] = [
 
 impl PgBroker {
     /// Connects with default options and the schema named by the URL's `?schema=`
-    /// (default `hopper`). Refuses a schema whose migrations are behind this build.
+    /// (default `hopper`). Refuses a schema whose
+    /// migrations are behind this build.
     pub async fn connect(url: &str) -> Result<PgBroker> {
         let parsed = BrokerUrl::parse(url)?;
         let mut options = PgOptions::default();
         if let Some(schema) = parsed.schema.clone() {
             options.schema = schema;
         }
+
         Self::connect_with(url, options).await
     }
 
     /// Connects with `options`; a `?schema=` in the URL is ignored in favour of
-    /// `options.schema`.
-    pub async fn connect_with(url: &str, options: PgOptions) -> Result<PgBroker> {
-        options.validate()?;
+    /// `options.schema`, and a `max_payload=` in the URL overrides `options.max_payload`.
+    pub async fn connect_with(url: &str, mut options: PgOptions) -> Result<PgBroker> {
         let parsed = BrokerUrl::parse(url)?;
+        if let Some(bytes) = parsed.max_payload {
+            options.max_payload = bytes;
+        }
+        options.validate()?;
         // The server's own limit on every statement of the broker's connections (not the
         // vacuum's, which keeps its own).
         let limited = match options.statement_timeout {

@@ -1,7 +1,7 @@
 //! Enqueueing: one statement for any number of jobs, on the broker's connections or inside
 //! the caller's own transaction ([`PgBroker::enqueue_in`]).
 
-use hopper_core::{CheckedJobs, JobId, NewJob, Result};
+use hopper_core::{Broker, CheckedJobs, JobId, NewJob, Result};
 use sqlx::postgres::PgConnection;
 
 use super::{PgBroker, db_err};
@@ -15,7 +15,8 @@ impl PgBroker {
         conn: &mut PgConnection,
         jobs: Vec<NewJob>,
     ) -> Result<Vec<JobId>> {
-        self.insert(conn, CheckedJobs::check(jobs)?).await
+        let checked = CheckedJobs::check_within(jobs, &self.limits())?;
+        self.insert(conn, checked).await
     }
 
     /// Inserts jobs already checked, on `conn`, in one statement.

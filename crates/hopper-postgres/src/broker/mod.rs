@@ -116,6 +116,12 @@ impl PgBroker {
 
 #[async_trait]
 impl Broker for PgBroker {
+    fn limits(&self) -> hopper_core::Limits {
+        hopper_core::Limits {
+            max_payload: self.inner.options.max_payload,
+        }
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::leased_sql("postgres")
     }

@@ -14,7 +14,7 @@ async fn an_unmigrated_schema_is_refused_with_what_to_run() {
         .to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema {schema} in {} is at version 0 but this build needs 3: run `hopper migrate --broker {}`",
+            "the hopper schema {schema} in {} is at version 0 but this build needs 4: run `hopper migrate --broker {}`",
             url(),
             url()
         )),
@@ -33,7 +33,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 3]);
+    assert_eq!(applied, [0, 4]);
     assert_eq!(
         hopper_postgres::migrate_with(&url, &options).await.unwrap(),
         0
@@ -48,7 +48,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
 async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
     let schema = unique_name("hopper_t");
     let with_schema = format!("{}?schema={schema}", url());
-    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 3);
+    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 4);
     let broker = PgBroker::connect(&with_schema).await.unwrap();
     assert_eq!(broker.schema(), schema);
     let debug = format!("{broker:?}");

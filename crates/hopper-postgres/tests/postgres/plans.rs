@@ -167,7 +167,7 @@ async fn a_claim_reads_due_jobs_by_range_however_many_are_delayed() {
     // 60,000 jobs delayed far into the future over three priorities, then 30 due jobs at
     // priority 1 and 20 at priority 2.
     let (schema, _cleanup, mut conn) =
-        filled(&[("i % 3", "9e15", 60_000), ("1", "i", 30), ("2", "i", 20)]).await;
+        filled(&[("i % 3", "2e14", 60_000), ("1", "i", 30), ("2", "i", 20)]).await;
     let claim = rendered(include_str!("../../sql/claim.sql"), &schema);
     sqlx::raw_sql(&format!("PREPARE claim AS {claim}"))
         .execute(&mut conn)

@@ -78,6 +78,9 @@ impl Broker for TempBroker {
     fn capabilities(&self) -> Capabilities {
         self.broker.capabilities()
     }
+    fn limits(&self) -> hopper_core::Limits {
+        self.broker.limits()
+    }
 
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
         self.broker.enqueue_checked(jobs).await

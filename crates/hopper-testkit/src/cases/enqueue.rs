@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{Broker, JobId, JobState, LeaseId, NewJob, Outcome, QueueCounts};
+use hopper_core::{Broker, Error, JobId, JobState, LeaseId, NewJob, Outcome, QueueCounts, job};
 
 use super::{counts, counts_of, one, record, settle, skip_if_pushed};
 use crate::helpers::{TTL, enqueue, enqueue_n, fetch, skip};
@@ -122,6 +122,73 @@ pub async fn bad_queue_name(broker: Arc<dyn Broker>) {
     );
     let fine = enqueue(&broker, vec![NewJob::new("A-z_0.9:x", "ok")]).await;
     assert_eq!(fine.len(), 1, "every allowed character");
+}
+
+/// A value outside the ranges every broker shares refuses the whole enqueue with an error
+/// naming the setting, whatever the broker: a payload past its own limit, attempts of 0, a
+/// delay that would wrap, a NUL in a header, headers past their size. Nothing is stored.
+pub async fn values_out_of_range(broker: Arc<dyn Broker>) {
+    let job = || NewJob::new("q", "x");
+    let cases = [
+        (
+            "payload",
+            NewJob::new("q", vec![7u8; broker.limits().max_payload + 1]),
+        ),
+        ("max_attempts", job().max_attempts(0)),
+        ("delay", job().delay(Duration::MAX)),
+        ("delay", job().delay(Duration::from_millis(i64::MAX as u64))),
+        ("header", job().header("k", "a\0b")),
+        (
+            "headers",
+            job().header("k", "v".repeat(job::MAX_HEADERS_BYTES)),
+        ),
+    ];
+    for (setting, bad) in cases {
+        let err = broker
+            .enqueue(vec![job(), bad])
+            .await
+            .expect_err(&format!("{setting} out of range accepted"));
+        match &err {
+            Error::Config(c) => assert_eq!(c.setting, setting, "{err}"),
+            other => panic!("{setting}: not a config error: {other:?}"),
+        }
+    }
+    assert_eq!(
+        counts(&broker, "q").await,
+        QueueCounts::default(),
+        "a refused enqueue stored its valid jobs"
+    );
+}
+
+/// Values at the very ends of the ranges are stored and read back exactly: the schema's
+/// columns and checks hold every value core accepts.
+pub async fn values_at_the_edges(broker: Arc<dyn Broker>) {
+    if skip_if_pushed(&broker, "values_at_the_edges") {
+        return;
+    }
+    let latest = job::from_millis(job::MAX_RUN_AT);
+    let payload = vec![1u8; broker.limits().max_payload];
+    let jobs = vec![
+        NewJob::new("q", payload.clone()).priority(i32::MAX),
+        NewJob::new("q", "b")
+            .priority(i32::MIN)
+            .max_attempts(job::MAX_ATTEMPTS),
+        NewJob::new("q", "c")
+            .run_at(latest)
+            .header("h".repeat(255), "v"),
+        NewJob::new("q", "d").delay(job::MAX_DELAY),
+    ];
+    let ids = enqueue(&broker, jobs).await;
+    let a = record(&broker, ids[0]).await.job;
+    assert_eq!((a.priority, a.payload.len()), (i32::MAX, payload.len()));
+    let b = record(&broker, ids[1]).await.job;
+    assert_eq!((b.priority, b.max_attempts), (i32::MIN, job::MAX_ATTEMPTS));
+    let c = record(&broker, ids[2]).await.job;
+    assert_eq!((c.run_at, c.headers.len()), (job::MAX_RUN_AT, 1));
+    let d = record(&broker, ids[3]).await.job;
+    let delay = job::MAX_DELAY.as_millis() as i64;
+    assert!(d.run_at >= delay, "a 100-year delay stored as {}", d.run_at);
+    assert_eq!(counts(&broker, "q").await, counts_of(2, 2, 0, 0));
 }
 
 /// The wake signal changes after an enqueue, a release and a retry.

@@ -19,7 +19,10 @@ mod inspect;
 mod leases;
 mod settle;
 
-pub use enqueue::{bad_queue_name, enqueue_one_and_many, wake_signal_on_new_work};
+pub use enqueue::{
+    bad_queue_name, enqueue_one_and_many, values_at_the_edges, values_out_of_range,
+    wake_signal_on_new_work,
+};
 pub use fetch::{
     concurrent_claimers, delayed_jobs, fetch_capped_by_limit, fetch_order, one_lease_per_fetch,
     per_queue_budgets,
