@@ -235,7 +235,12 @@ pub fn decode(
         attempt += delivery_count;
     }
     let created_at = created_at
-        .or_else(|| props.timestamp().map(|s| s as i64 * 1000))
+        // Another producer's timestamp, in seconds: one past what milliseconds hold in an
+        // i64 (found by fuzzing) is not a time, and the delivery's arrival stands in.
+        .or_else(|| {
+            let secs = (*props.timestamp())?;
+            i64::try_from(secs).ok()?.checked_mul(1000)
+        })
         .unwrap_or(now);
     Job {
         id: delivery_id(generation, delivery.delivery_tag),
@@ -294,6 +299,26 @@ mod tests {
             5,
             "attempt, max, created, run-at, error"
         );
+    }
+
+    /// Found by fuzzing: another producer's timestamp past what milliseconds hold in an
+    /// i64 overflowed; the delivery's arrival stands in for it.
+    #[test]
+    fn a_timestamp_past_the_millisecond_range_is_not_a_creation_time() {
+        let decoded = |seconds: u64| {
+            let mut delivery = Delivery::mock(
+                1,
+                ShortString::from(""),
+                ShortString::from("q"),
+                false,
+                vec![],
+            );
+            delivery.properties = BasicProperties::default().with_timestamp(seconds);
+            decode(delivery, "q", 1, QueueKind::Classic, 5_000).created_at
+        };
+        assert_eq!(decoded(u64::MAX), 5_000);
+        assert_eq!(decoded(i64::MAX as u64 / 1000 + 1), 5_000);
+        assert_eq!(decoded(7), 7_000);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::job::MAX_DELAY;
 
 /// When a failed job runs again, and when it stops being retried.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,7 +44,8 @@ impl RetryPolicy {
         } else {
             1.0
         };
-        Duration::from_secs_f64((capped * spread).min(self.cap.as_secs_f64()).max(0.0))
+        let secs = (capped * spread).min(self.cap.as_secs_f64()).max(0.0);
+        Duration::try_from_secs_f64(secs).unwrap_or(self.cap)
     }
 
     /// The attempts a job gets: its own `max_attempts`, lowered by this policy's.
@@ -62,6 +64,12 @@ impl RetryPolicy {
         }
         if !(0.0..=1.0).contains(&self.jitter) {
             return Err(ConfigError::new("retry.jitter", self.jitter, "0.0 to 1.0"));
+        }
+        for (setting, value) in [("retry.base", self.base), ("retry.cap", self.cap)] {
+            if value > MAX_DELAY {
+                let allowed = format!("at most {} days", MAX_DELAY.as_secs() / 86_400);
+                return Err(ConfigError::new(setting, format!("{value:?}"), allowed));
+            }
         }
         if self.max_attempts == Some(0) {
             return Err(ConfigError::new("retry.max_attempts", 0, "1 or more"));
@@ -106,5 +114,20 @@ mod tests {
         .validate()
         .unwrap_err();
         assert_eq!(e.setting, "retry.max_attempts");
+        // Found by fuzzing: a cap of Duration::MAX passed, then made `delay` panic.
+        let e = RetryPolicy {
+            cap: Duration::MAX,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.setting, "retry.cap");
+        let huge = RetryPolicy {
+            base: Duration::MAX,
+            cap: Duration::MAX,
+            jitter: 0.0,
+            ..Default::default()
+        };
+        assert_eq!(huge.delay(1), Duration::MAX);
     }
 }

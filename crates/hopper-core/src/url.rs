@@ -8,11 +8,11 @@ use crate::error::ConfigError;
 /// The URL with any password replaced by `***`: `postgres://app:s3cret@db/jobs` becomes
 /// `postgres://app:***@db/jobs`.
 pub fn redact_url(url: &str) -> String {
-    // The `@` that ends the user info: the last one before the query, or, when a password
-    // holds a `?` and none precedes it, the last one of all. A URL that does not parse is
-    // redacted too: whatever a mistyped `:/` or a `/` in the password leaves.
-    let before_query = url.find('?').map_or(url, |q| &url[..q]);
-    let Some(at) = before_query.rfind('@').or_else(|| url.rfind('@')) else {
+    // The `@` that ends the user info: the last one of all. A password may hold `@`, `?`
+    // and `/`, so no `@` but the last can be known to end it; when the query holds one
+    // too, more is hidden than needed, which only costs a little of what is shown. A URL
+    // that does not parse is redacted too: whatever a mistyped `:/` leaves.
+    let Some(at) = url.rfind('@') else {
         return url.to_owned();
     };
     let start = if let Some(i) = url[..at].find("://") {
@@ -163,9 +163,19 @@ mod tests {
             redact_url("mysql://root:pa?ss@db/test"),
             "mysql://root:***@db/test"
         );
+        // An `@` in the query hides the URL up to it: the password may have held it.
         assert_eq!(
             redact_url("postgres://u:p@h/db?note=a@b"),
-            "postgres://u:***@h/db?note=a@b"
+            "postgres://u:***@b"
+        );
+        // Found by fuzzing: a password holding `@` and then `?`.
+        assert_eq!(
+            redact_url("mysql://:@?k3y@127.0.0.1"),
+            "mysql://:***@127.0.0.1"
+        );
+        assert_eq!(
+            redact_url("mysql://u:p@x?y@host/db"),
+            "mysql://u:***@host/db"
         );
         assert_eq!(redact_url("postgres:u:S3cret@h/db"), "postgres:u:***@h/db");
     }

@@ -84,10 +84,11 @@ impl QueueOptions {
         let per_slot = self.batch.map_or(1, |(size, _)| size);
         let c = self.concurrency;
         match self.prefetch {
-            None if in_process => c * per_slot.max(IN_PROCESS_HANDOFFS * HANDOFF_MAX),
-            None | Some(Prefetch::Slots) => c * per_slot,
+            // Saturating: any concurrency is accepted here (fuzzing found the overflow).
+            None if in_process => c.saturating_mul(per_slot.max(IN_PROCESS_HANDOFFS * HANDOFF_MAX)),
+            None | Some(Prefetch::Slots) => c.saturating_mul(per_slot),
             Some(Prefetch::Fixed(n)) => n.max(c),
-            Some(Prefetch::Auto) => c * AUTO_CEILING,
+            Some(Prefetch::Auto) => c.saturating_mul(AUTO_CEILING),
         }
     }
 }
