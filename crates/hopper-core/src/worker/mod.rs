@@ -17,6 +17,7 @@
 
 mod builder;
 mod event_loop;
+mod expired;
 mod handle;
 mod handler;
 mod options;

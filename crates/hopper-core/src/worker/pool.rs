@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::expired::Expired;
 use super::handler::{
     ErasedBatchHandler, ErrorKind, JobResult, OneHandler, panic_message, run_caught,
 };
@@ -283,6 +284,8 @@ pub(crate) struct PoolContext {
     pub(crate) timed: Vec<bool>,
     /// Per queue: how long one attempt may run ([`QueueOptions::timeout`]).
     pub(crate) timeouts: Vec<Option<Duration>>,
+    /// Leases given up without a word from the broker, when the worker keeps them.
+    pub(crate) expired: Option<Arc<Expired>>,
     pub(crate) retry: RetryPolicy,
     /// Where a pool task reports what it finished; `false` once nobody listens.
     pub(crate) report: Box<dyn Fn(TaskReport) -> bool + Send + Sync>,
@@ -297,15 +300,33 @@ pub(crate) struct TaskReport {
 }
 
 /// Runs a handler's future to its end, a panic caught as its message; or, with a
-/// `limit`, until then at most, when the future is dropped and the message says so.
-/// Either message is a failed attempt ([`outcome_of`]).
-async fn run_limited<F: Future>(fut: F, limit: Option<Duration>) -> Result<F::Output, String> {
-    let Some(limit) = limit else {
-        return run_caught(fut).await;
+/// `limit`, until then at most, when the future is dropped and the message says so; or
+/// until this worker gives up one of `leases` ([`Expired`]). Each message is a failed
+/// attempt ([`outcome_of`]).
+async fn run_limited<F: Future>(
+    fut: F,
+    limit: Option<Duration>,
+    leases: Option<(&Expired, &[LeaseId])>,
+) -> Result<F::Output, String> {
+    let run = async {
+        let Some(limit) = limit else {
+            return run_caught(fut).await;
+        };
+        tokio::time::timeout(limit, run_caught(fut))
+            .await
+            .unwrap_or_else(|_| Err(format!("timed out after {limit:?}")))
     };
-    tokio::time::timeout(limit, run_caught(fut))
-        .await
-        .unwrap_or_else(|_| Err(format!("timed out after {limit:?}")))
+    let Some((expired, leases)) = leases else {
+        return run.await;
+    };
+    match futures_util::future::select(pin!(run), pin!(expired.any(leases))).await {
+        futures_util::future::Either::Left((result, _)) => result,
+        futures_util::future::Either::Right(((), _)) => Err(format!(
+            "stopped: no lease renewal reached the broker within the lease ({:?}), so \
+             another worker may hold the job",
+            expired.ttl
+        )),
+    }
 }
 
 /// Turns a handler's result into the settlement the broker gets.
@@ -384,11 +405,13 @@ pub(crate) async fn run_handoff<H: OneHandler>(
             Ok(Ok(fut)) => {
                 let fut = pin!(fut);
                 let limit = ctx.timeouts[handoff.queue];
+                let leases = [lease];
+                let watch = ctx.expired.as_deref().map(|e| (e, &leases[..]));
                 let result = match timing {
                     Some((gauge, called)) => {
-                        run_limited(Timed::new(fut, gauge, called), limit).await
+                        run_limited(Timed::new(fut, gauge, called), limit, watch).await
                     }
-                    None => run_limited(fut, limit).await,
+                    None => run_limited(fut, limit, watch).await,
                 };
                 outcome_of(attempts, result, &ctx.retry)
             }
@@ -436,7 +459,12 @@ async fn run_batch(ctx: &PoolContext, queue: usize, jobs: Vec<Job>, since: Insta
             took: Duration::ZERO,
         });
     }
-    let results = run_limited(fut, ctx.timeouts[queue]).await;
+    let leases: Vec<LeaseId> = match &ctx.expired {
+        Some(_) => kept.iter().map(|j| j.lease).collect(),
+        None => Vec::new(),
+    };
+    let watch = ctx.expired.as_deref().map(|e| (e, &leases[..]));
+    let results = run_limited(fut, ctx.timeouts[queue], watch).await;
     let took = since.elapsed() / (kept.len().max(1) as u32);
     match results {
         Ok(results) if results.len() == kept.len() => {

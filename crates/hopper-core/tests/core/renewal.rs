@@ -1,6 +1,7 @@
 //! Lease renewal answers: a lease the broker reports lost while the worker still holds jobs
 //! under it drops them; one whose jobs all finished while the renewal was on its way is
-//! not a loss.
+//! not a loss; and a lease no renewal confirms in time is given up by the worker itself,
+//! its running job stopped before the broker could hand it to another worker.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,5 +80,84 @@ async fn a_lease_lost_while_jobs_wait_drops_them() {
         1,
         "the dropped job did not start"
     );
+    worker.shutdown().await;
+}
+
+/// A handler of `job` that records, in `stopped`, when its future ended or was dropped.
+fn recorded(
+    job: Duration,
+    stopped: Arc<std::sync::Mutex<Vec<Duration>>>,
+) -> impl Fn(
+    JobContext<u64>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = hopper_core::JobResult> + Send>>
++ Send
++ Sync
++ 'static {
+    let origin = tokio::time::Instant::now();
+    move |_job: JobContext<u64>| {
+        struct Stop(tokio::time::Instant, Arc<std::sync::Mutex<Vec<Duration>>>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                self.1.lock().unwrap().push(self.0.elapsed());
+            }
+        }
+        let stop = Stop(origin, stopped.clone());
+        Box::pin(async move {
+            let _stop = stop;
+            tokio::time::sleep(job).await;
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_cut_off_from_its_broker_stops_its_jobs_before_the_lease_ends() {
+    // A 3 s lease whose renewals never come back. The fetch leaves at 0 and the broker's
+    // lease runs to 3.001 s (1 ms round trip): the worker gives it up at 2.7 s (a tenth
+    // early), stopping the 10 s job it runs and dropping the one waiting, so no other
+    // worker can be running them while this one still does.
+    let mut remote = Remote::new(Duration::from_millis(1));
+    remote.renewal = Renewal::Hangs;
+    let broker: Arc<dyn Broker> = Arc::new(remote);
+    enqueue_n(&broker, "q", 2).await;
+    let stopped = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let worker = Worker::builder(broker)
+        .lease_ttl(Duration::from_secs(3))
+        .queue(
+            "q",
+            QueueOptions::new()
+                .concurrency(1)
+                .prefetch(Prefetch::Fixed(2)),
+            recorded(Duration::from_secs(10), stopped.clone()),
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.leases_lost == 1).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(*stopped.lock().unwrap(), [Duration::from_millis(2700)]);
+    assert_eq!((stats.buffered, stats.completed), (0, 0));
+    assert_eq!(worker.stats().running, 0);
+    worker.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewed_leases_are_kept_however_long_the_job_runs() {
+    // The same 10 s job with renewals answered: every one confirms the lease again, and
+    // the job runs to its end.
+    let broker: Arc<dyn Broker> = Arc::new(Remote::new(Duration::from_millis(1)));
+    enqueue_n(&broker, "q", 1).await;
+    let stopped = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let worker = Worker::builder(broker)
+        .lease_ttl(Duration::from_secs(3))
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(1),
+            recorded(Duration::from_secs(10), stopped.clone()),
+        )
+        .start()
+        .unwrap();
+    let stats = wait_for(&worker, |s| s.completed == 1).await;
+    assert_eq!(stats.leases_lost, 0);
+    assert_eq!(*stopped.lock().unwrap(), [Duration::from_millis(10_001)]);
     worker.shutdown().await;
 }

@@ -55,6 +55,8 @@ pub enum Renewal {
     /// SQL broker answers when a lease's last job was settled on another connection while
     /// the renewal was on its way.
     LostAfterSettle(Arc<Notify>),
+    /// Never answered: the worker is cut off from the broker (a network partition).
+    Hangs,
 }
 
 /// How [`Remote`] answers a settlement.
@@ -128,6 +130,7 @@ impl Broker for Remote {
                 settled.notified().await;
                 Ok(leases.to_vec())
             }
+            Renewal::Hangs => std::future::pending().await,
         }
     }
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {

@@ -391,6 +391,7 @@ impl EventLoop {
         for &(qi, n) in &asked {
             self.queues[qi].asked -= n;
         }
+        let sent_at = sent.at;
         let Some(fetched) = self.intake.answered(result, sent) else {
             return;
         };
@@ -444,7 +445,7 @@ impl EventLoop {
             st.fetched_jobs += fetched.jobs.len() as u64;
             push_size(&mut st.batch_sizes, fetched.jobs.len());
         }
-        self.leases.held(fetched.lease, fetched.jobs.len());
+        self.leases.held(fetched.lease, fetched.jobs.len(), sent_at);
         let mut jobs = fetched.jobs;
         if let Some(qi) = only.filter(|&qi| !self.queues[qi].paused && self.stopping.is_none()) {
             // One queue's fetch, to be kept: appended in one move, not job by job.

@@ -1,7 +1,11 @@
 //! Leases: every fetch's jobs are held under one lease, renewed every third of its time to
 //! live while any of them is unsettled; a lease the broker reports lost takes its jobs back,
 //! and the worker drops the ones it has not started (docs/design.md, "Leases and fencing").
+//! A lease no renewal has confirmed for nearly its whole time is given up by the worker
+//! itself, before the broker can give its jobs to another: the ones not started are
+//! dropped and the running ones stopped ([`Expired`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,6 +14,7 @@ use super::tasks::TaskWork;
 use super::{Event, EventLoop};
 use crate::error::Result;
 use crate::job::{IdMap, IdSet, LeaseId};
+use crate::worker::expired::Expired;
 use crate::worker::stats::WorkerStats;
 
 pub(super) struct Leases {
@@ -24,10 +29,19 @@ pub(super) struct Leases {
     lost: IdSet<LeaseId>,
     renew_in_flight: bool,
     next_renew: Instant,
+    /// Given up leases, shared with the pool; `None` when the worker never gives one up
+    /// (its broker is in this process, or nothing is renewed).
+    pub(super) expired: Option<Arc<Expired>>,
+    /// Per held lease, when the request that last set its expiry left this worker: the
+    /// broker's expiry is at least a lease's time after it.
+    confirmed: IdMap<LeaseId, Instant>,
+    /// When the renewal in flight left, and the leases it renews.
+    renewing: (Instant, Vec<LeaseId>),
 }
 
 impl Leases {
-    pub(super) fn new(enabled: bool, renewal: bool, ttl: Duration) -> Self {
+    /// `expiry`: whether the worker gives up leases no renewal confirmed in time.
+    pub(super) fn new(enabled: bool, renewal: bool, ttl: Duration, expiry: bool) -> Self {
         Leases {
             enabled,
             renewal,
@@ -36,15 +50,27 @@ impl Leases {
             lost: IdSet::default(),
             renew_in_flight: false,
             next_renew: Instant::now() + ttl / 3,
+            expired: (enabled && renewal && expiry).then(|| Arc::new(Expired::new(ttl))),
+            confirmed: IdMap::default(),
+            renewing: (Instant::now(), Vec::new()),
         }
     }
 
-    /// A fetch brought `jobs` jobs under `lease`.
+    /// A fetch sent at `sent` brought `jobs` jobs under `lease`.
     #[inline]
-    pub(super) fn held(&mut self, lease: LeaseId, jobs: usize) {
+    pub(super) fn held(&mut self, lease: LeaseId, jobs: usize, sent: Instant) {
         if self.enabled {
             self.held.insert(lease, jobs);
+            if self.expired.is_some() {
+                self.confirmed.insert(lease, sent);
+            }
         }
+    }
+
+    /// When a lease confirmed at `at` is given up: a tenth of its time before the broker's
+    /// expiry could come, for the stop to reach the handler and for clocks that run apart.
+    fn give_up_at(&self, at: Instant) -> Instant {
+        at + self.ttl - self.ttl / 10
     }
 
     /// One job of `lease` is being settled; returns whether the settlement should go to the
@@ -55,6 +81,7 @@ impl Leases {
             *n -= 1;
             if *n == 0 {
                 self.held.remove(&lease);
+                self.confirmed.remove(&lease);
             }
         }
         !self.lost.contains(&lease)
@@ -64,6 +91,11 @@ impl Leases {
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         (self.enabled && self.renewal && !self.held.is_empty() && !self.renew_in_flight)
             .then_some(self.next_renew)
+    }
+
+    /// When the earliest held lease is to be given up, if the worker gives any up.
+    pub(super) fn next_give_up(&self) -> Option<Instant> {
+        self.confirmed.values().min().map(|&at| self.give_up_at(at))
     }
 }
 
@@ -79,6 +111,9 @@ impl EventLoop {
         }
         l.renew_in_flight = true;
         let leases: Vec<LeaseId> = l.held.keys().copied().collect();
+        if l.expired.is_some() {
+            l.renewing = (now, leases.clone());
+        }
         let (broker, events, ttl) = (self.broker.clone(), self.events.clone(), l.ttl);
         tokio::spawn(async move {
             let result = broker.renew(&leases, ttl).await;
@@ -89,8 +124,15 @@ impl EventLoop {
     /// A renewal came back with the leases that were already lost.
     pub(super) fn renewed(&mut self, result: Result<Vec<LeaseId>>, st: &mut WorkerStats) {
         self.leases.renew_in_flight = false;
+        let (sent, renewing) =
+            std::mem::replace(&mut self.leases.renewing, (Instant::now(), Vec::new()));
         match result {
             Ok(lost) => {
+                for lease in renewing.iter().filter(|l| !lost.contains(l)) {
+                    if let Some(at) = self.leases.confirmed.get_mut(lease) {
+                        *at = (*at).max(sent);
+                    }
+                }
                 for lease in lost {
                     // A lease whose last job finished while the renewal was on its way,
                     // settled before the renewal ran, is not lost: the broker just holds
@@ -105,9 +147,32 @@ impl EventLoop {
         }
     }
 
+    /// Gives up the leases no renewal has confirmed in time ([`Leases::next_give_up`]).
+    pub(super) fn give_up_leases(&mut self, now: Instant, st: &mut WorkerStats) {
+        let Some(expired) = self.leases.expired.clone() else {
+            return;
+        };
+        let due: Vec<LeaseId> = (self.leases.confirmed.iter())
+            .filter(|&(_, &at)| self.leases.give_up_at(at) <= now)
+            .map(|(&lease, _)| lease)
+            .collect();
+        for lease in due {
+            tracing::warn!(
+                %lease,
+                ttl = ?self.leases.ttl,
+                "no lease renewal reached the broker in time: giving the lease up, stopping \
+                 its running jobs and dropping the ones not started"
+            );
+            st.leases_lost += 1;
+            expired.expire(lease);
+            self.lease_lost(lease);
+        }
+    }
+
     fn lease_lost(&mut self, lease: LeaseId) {
         tracing::warn!(%lease, "lease lost: its jobs went back to their queues; dropping the ones not started");
         self.leases.held.remove(&lease);
+        self.leases.confirmed.remove(&lease);
         self.leases.lost.insert(lease);
         for q in &mut self.queues {
             q.buffer.retain(|j| j.lease != lease);

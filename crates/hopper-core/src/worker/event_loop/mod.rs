@@ -143,9 +143,18 @@ impl EventLoop {
             .max_concurrency
             .unwrap_or_else(|| queues.iter().map(|q| q.opts.concurrency).sum());
         let reports = events.clone();
+        // A broker in this process cannot be cut off from its workers: only workers of
+        // other brokers give leases up on their own.
+        let leases = Leases::new(
+            caps.leases,
+            cfg.lease_renewal,
+            cfg.lease_ttl,
+            !caps.in_process,
+        );
         let ctx = Arc::new(PoolContext {
             timed: queues.iter().map(|q| q.sizer.is_some()).collect(),
             timeouts: queues.iter().map(|q| q.opts.timeout).collect(),
+            expired: leases.expired.clone(),
             polls: queues.iter().map(|_| Default::default()).collect(),
             handlers,
             retry: cfg.retry,
@@ -154,7 +163,7 @@ impl EventLoop {
         let wake = broker.wake_signal();
         EventLoop {
             intake: Intake::new(Mode::of(&caps), wake),
-            leases: Leases::new(caps.leases, cfg.lease_renewal, cfg.lease_ttl),
+            leases,
             dispatch: Dispatcher::default(),
             tasks: Tasks::new(ctx, limit),
             settler: Settler::default(),
@@ -273,8 +282,8 @@ impl EventLoop {
     }
 
     /// The earliest moment something is due: a settlement batch, a batch handler's wait, a
-    /// poll, a scheduled job, an idle task's end, a held-back top-up, a renewal, the end
-    /// of the grace period.
+    /// poll, a scheduled job, an idle task's end, a held-back top-up, a renewal, a lease to
+    /// give up, the end of the grace period.
     fn next_deadline(&self, idle_until: Instant) -> Instant {
         let mut at = idle_until;
         let mut consider = |t: Option<Instant>| {
@@ -307,6 +316,7 @@ impl EventLoop {
             }
         }
         consider(self.leases.next_deadline());
+        consider(self.leases.next_give_up());
         consider(
             self.stopping
                 .as_ref()
@@ -327,6 +337,7 @@ impl EventLoop {
             self.undrain();
         }
         self.check_grace(now, st);
+        self.give_up_leases(now, st);
         self.dispatch(now, st);
         self.maybe_subscribe(st);
         self.maybe_fetch(now, st);
