@@ -85,6 +85,8 @@ pub(crate) struct Held<'a> {
     fresh: bool,
     shown_url: &'a str,
     breaks: &'a AtomicUsize,
+    /// How long a statement may go unanswered ([`answered`]).
+    pub(crate) answer_limit: Option<Duration>,
 }
 
 /// What a call does after one try: return, or run again on a fresh connection.
@@ -115,7 +117,7 @@ impl Held<'_> {
                 let broken = is_connection_error(&e);
                 self.clean = !broken;
                 let may = repeat == Repeat::Safe || ended_by_server(&e);
-                if broken && may && self.again(repeated) {
+                if broken && may && !unanswered(&e) && self.again(repeated) {
                     tracing::debug!(
                         url = %self.shown_url,
                         error = %e,
@@ -137,7 +139,9 @@ impl Held<'_> {
 
     /// Opens a transaction.
     pub(crate) async fn begin(&mut self) -> Result<(), sqlx::Error> {
-        self.conn().execute(sql::fixed(&sql::BEGIN)).await.map(drop)
+        let (limit, shown) = (self.answer_limit, self.shown_url);
+        let begin = self.conn().execute(sql::fixed(&sql::BEGIN));
+        answered(limit, shown, begin).await.map(drop)
     }
 
     /// Ends the transaction of one try: commits it if `outcome` is a success, else rolls
@@ -150,7 +154,13 @@ impl Held<'_> {
         what: &str,
     ) -> Next<T> {
         match outcome {
-            Ok(value) => match self.conn().execute(sql::fixed(&sql::COMMIT)).await {
+            Ok(value) => match answered(
+                self.answer_limit,
+                self.shown_url,
+                self.conn().execute(sql::fixed(&sql::COMMIT)),
+            )
+            .await
+            {
                 Ok(_) => {
                     self.clean = true;
                     Next::Done(Ok(value))
@@ -166,7 +176,7 @@ impl Held<'_> {
                         .await
                         .is_ok();
                 let again = if broken {
-                    self.again(repeated)
+                    !unanswered(&e) && self.again(repeated)
                 } else {
                     is_lock_conflict(&e) && !std::mem::replace(repeated, true)
                 };
@@ -215,8 +225,10 @@ macro_rules! run {
                 Err(e) => break Err(e),
             };
             let result = {
+                let (limit, shown) = (held.answer_limit, conns.shown_url());
                 let $conn = held.conn();
-                $body.await
+                let body = $body;
+                $crate::conn::answered(limit, shown, body).await
             };
             match held.finish(result, $repeat, &mut repeated, $what) {
                 $crate::conn::Next::Done(result) => break result,
@@ -240,8 +252,10 @@ macro_rules! transaction {
             };
             let outcome = match held.begin().await {
                 Ok(()) => {
+                    let (limit, shown) = (held.answer_limit, conns.shown_url());
                     let $conn = held.conn();
-                    $body.await
+                    let body = $body;
+                    $crate::conn::answered(limit, shown, body).await
                 }
                 Err(e) => Err(e),
             };
@@ -254,6 +268,39 @@ macro_rules! transaction {
 }
 
 pub(crate) use {run, transaction};
+
+/// Runs a statement or a call's body for at most `limit` of wall-clock time, past which
+/// the server would have cancelled it ([`MySqlOptions::statement_timeout`] and as long
+/// again, at most 10 s more), so no answer means none can come: a partition, a host gone
+/// without closing its sockets. It then fails as a broken connection
+/// ([`unanswered`]), which is dropped, and is not repeated: the next call would likely
+/// wait as long.
+///
+/// [`MySqlOptions::statement_timeout`]: crate::MySqlOptions::statement_timeout
+pub(crate) async fn answered<T>(
+    limit: Option<Duration>,
+    shown_url: &str,
+    call: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    let Some(limit) = limit else {
+        return call.await;
+    };
+    let call = std::pin::pin!(call);
+    hopper_core::answer_within(limit, call)
+        .await
+        .unwrap_or_else(|| {
+            let why = format!("no answer from {shown_url} within {limit:?}");
+            Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                why,
+            )))
+        })
+}
+
+/// Whether `e` is a call that went unanswered past its deadline ([`answered`]).
+fn unanswered(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut)
+}
 
 /// Whether `e` means the connection itself is unusable: a broken socket or stream, or the
 /// server ending the session ([`ended_by_server`]).
@@ -399,6 +446,9 @@ impl Connections {
             fresh,
             shown_url: &self.shown_url,
             breaks: &self.breaks,
+            answer_limit: self
+                .statement_timeout
+                .map(|t| t + t.min(Duration::from_secs(10))),
         })
     }
 

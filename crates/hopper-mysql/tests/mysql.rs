@@ -9,6 +9,7 @@ mod mysql {
     mod idle;
     mod killed;
     mod migrations;
+    mod partition;
     mod plans;
     mod ranges;
     mod settling;

@@ -39,6 +39,29 @@ pub(crate) struct Held<'a> {
     slot: MutexGuard<'a, Option<PgConnection>>,
 }
 
+thread_local! {
+    /// Set while [`abandon`] drops a call: the connections its [`Held`]s hold are dropped
+    /// with it.
+    static ABANDONING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Drops a call that got no answer in time, and with it any connection the call held: it
+/// may be in the middle of a reply that will never come (a partition, a dead host), and
+/// its next statement would wait for that reply first.
+pub(crate) fn abandon<F: ?Sized>(call: std::pin::Pin<Box<F>>) {
+    ABANDONING.set(true);
+    drop(call);
+    ABANDONING.set(false);
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if ABANDONING.get() {
+            *self.slot = None;
+        }
+    }
+}
+
 impl Held<'_> {
     pub(crate) fn conn(&mut self) -> &mut PgConnection {
         self.slot.as_mut().expect("connected when handed out")

@@ -6,6 +6,7 @@ mod postgres {
     mod crash;
     mod killed;
     mod migrations;
+    mod partition;
     mod plans;
     mod ranges;
     mod suite;

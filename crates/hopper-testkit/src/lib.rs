@@ -28,6 +28,7 @@
 //!   re-exported as `cases::<name>`.
 //! - [`helpers`]: enqueueing, fetching and settling shorthands, and
 //!   [`claim_concurrently`](helpers::claim_concurrently).
+//! - [`relay`]: [`Relay`](relay::Relay), a TCP relay that can be cut like a partition.
 //! - [`cleanup`]: [`WithCleanup`], a broker that removes its schema or database when
 //!   dropped, and [`unique_name`].
 //! - [`workers`]: worker-level cases for brokers shared by several processes.
@@ -38,6 +39,7 @@
 pub mod cases;
 pub mod cleanup;
 pub mod helpers;
+pub mod relay;
 pub mod worker_cases;
 pub mod workers;
 

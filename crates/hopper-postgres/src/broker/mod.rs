@@ -87,6 +87,29 @@ fn db_err(what: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
 }
 
 impl PgBroker {
+    /// Runs a call that waits on the server, giving up once it has gone unanswered for
+    /// the statement timeout and as long again (at most 10 s more): past that the server
+    /// would have cancelled it, so no answer means none can arrive (a partition, a host
+    /// gone without closing its sockets). The connection it held is dropped, and the next
+    /// call opens a new one.
+    async fn answered<T>(&self, what: &str, call: impl Future<Output = Result<T>>) -> Result<T> {
+        let Some(timeout) = self.inner.options.statement_timeout else {
+            return call.await;
+        };
+        let limit = timeout + timeout.min(Duration::from_secs(10));
+        let mut call = Box::pin(call);
+        match hopper_core::answer_within(limit, call.as_mut()).await {
+            Some(out) => out,
+            None => {
+                crate::conn::abandon(call);
+                Err(Error::broker_msg(format!(
+                    "{what}: no answer from {} within {limit:?}; its connection is dropped",
+                    self.inner.shown_url
+                )))
+            }
+        }
+    }
+
     /// The schema this broker works in.
     pub fn schema(&self) -> &str {
         &self.inner.options.schema
@@ -130,7 +153,9 @@ impl Broker for PgBroker {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let result = self.insert_held(jobs).await;
+        let result = self
+            .answered("enqueueing jobs", self.insert_held(jobs))
+            .await;
         if result.is_ok() {
             self.bump();
         }
@@ -143,44 +168,55 @@ impl Broker for PgBroker {
     // Sending again is safe: a settlement or renewal applied twice changes nothing the
     // second time, and jobs a lost claim may have taken come back when its lease expires.
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
-        match self.fetch_jobs(&request).await {
-            Err(e) if connection_lost(&e) => self.fetch_jobs(&request).await,
-            done => done,
-        }
+        let call = async {
+            match self.fetch_jobs(&request).await {
+                Err(e) if connection_lost(&e) => self.fetch_jobs(&request).await,
+                done => done,
+            }
+        };
+        self.answered("fetching jobs", call).await
     }
 
     async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
-        match self.settle_jobs(&settlements).await {
-            Err(e) if connection_lost(&e) => self.settle_jobs(&settlements).await,
-            done => done,
-        }
+        let call = async {
+            match self.settle_jobs(&settlements).await {
+                Err(e) if connection_lost(&e) => self.settle_jobs(&settlements).await,
+                done => done,
+            }
+        };
+        self.answered("settling jobs", call).await
     }
 
     async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
-        match self.renew_leases(leases, ttl).await {
-            Err(e) if connection_lost(&e) => self.renew_leases(leases, ttl).await,
-            done => done,
-        }
+        let call = async {
+            match self.renew_leases(leases, ttl).await {
+                Err(e) if connection_lost(&e) => self.renew_leases(leases, ttl).await,
+                done => done,
+            }
+        };
+        self.answered("renewing leases", call).await
     }
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
-        self.cancel_job(id).await
+        self.answered("cancelling a job", self.cancel_job(id)).await
     }
 
     async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
-        self.read_job(id).await
+        self.answered("reading a job", self.read_job(id)).await
     }
 
     async fn counts(&self, queue: &str) -> Result<QueueCounts> {
-        self.count_jobs(queue).await
+        self.answered("counting jobs", self.count_jobs(queue)).await
     }
 
     async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
-        self.list_dead_letters(queue, limit).await
+        let call = self.list_dead_letters(queue, limit);
+        self.answered("listing dead letters", call).await
     }
 
     async fn purge(&self, queue: &str) -> Result<u64> {
-        self.purge_queue(queue).await
+        self.answered("purging a queue", self.purge_queue(queue))
+            .await
     }
 
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
