@@ -161,3 +161,41 @@ async fn renewed_leases_are_kept_however_long_the_job_runs() {
     assert_eq!(*stopped.lock().unwrap(), [Duration::from_millis(10_001)]);
     worker.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_job_whose_settlement_waits_keeps_its_lease_until_the_broker_has_it() {
+    // The broker refuses settlements for 10 s while a 3 s lease's only job finishes at
+    // 0.1 s. The lease is renewed until the acknowledgement goes through, so the job is
+    // not taken back and run again meanwhile.
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut remote = Remote::new(Duration::from_millis(1));
+    remote.settling = super::support::Settling::FailsWhile(down.clone());
+    let broker: Arc<dyn Broker> = Arc::new(remote);
+    enqueue_n(&broker, "q", 1).await;
+    let starts = Arc::new(AtomicU64::new(0));
+    let counted = starts.clone();
+    let worker = Worker::builder(broker.clone())
+        .lease_ttl(Duration::from_secs(3))
+        .poll_interval(Duration::from_millis(100))
+        .queue(
+            "q",
+            QueueOptions::new().concurrency(1),
+            move |_: JobContext<u64>| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                async {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Ok(())
+                }
+            },
+        )
+        .start()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    down.store(false, Ordering::SeqCst);
+    let stats = wait_for(&worker, |s| s.settle_calls >= 1).await;
+    worker.shutdown().await;
+    assert_eq!(starts.load(Ordering::Relaxed), 1, "{stats:?}");
+    assert_eq!(stats.leases_lost, 0);
+    let counts = broker.counts("q").await.unwrap();
+    assert_eq!((counts.pending, counts.leased), (0, 0), "{counts:?}");
+}

@@ -73,10 +73,18 @@ impl Leases {
         at + self.ttl - self.ttl / 10
     }
 
-    /// One job of `lease` is being settled; returns whether the settlement should go to the
-    /// broker (`false` once the lease was lost: the broker took the job back).
+    /// Whether a settlement of a job under `lease` should go to the broker: `false` once
+    /// the lease was lost, since the broker took the job back.
     #[inline]
-    pub(super) fn settled(&mut self, lease: LeaseId) -> bool {
+    pub(super) fn keeps(&self, lease: LeaseId) -> bool {
+        !self.lost.contains(&lease)
+    }
+
+    /// The broker applied the settlement of one job of `lease`. Until then the job is
+    /// still held, and its lease renewed: a settlement that waits (a slow or broken
+    /// connection, a batch retried) must not let the lease run out and the job run again.
+    #[inline]
+    pub(super) fn applied(&mut self, lease: LeaseId) {
         if let Some(n) = self.held.get_mut(&lease) {
             *n -= 1;
             if *n == 0 {
@@ -84,7 +92,6 @@ impl Leases {
                 self.confirmed.remove(&lease);
             }
         }
-        !self.lost.contains(&lease)
     }
 
     /// When the next renewal is due, if one will be sent.

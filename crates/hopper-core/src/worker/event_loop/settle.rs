@@ -57,7 +57,9 @@ impl EventLoop {
         if s.pending.is_empty() || s.in_flight.is_some() || s.retry_at.is_some_and(|t| t > now) {
             return;
         }
+        // A batch that failed goes again once its retry time comes, however few it holds.
         let due = s.pending.len() >= self.cfg.settle_batch
+            || s.retry_at.is_some()
             || self.stopping.is_some()
             || s.since.is_some_and(|t| t + self.cfg.settle_delay <= now)
             || self.window_starved();
@@ -103,8 +105,13 @@ impl EventLoop {
         queues: Vec<Option<usize>>,
         st: &mut WorkerStats,
     ) {
+        self.settler.in_flight = None;
+        if result.is_ok() {
+            for settlement in &batch {
+                self.leases.applied(settlement.lease);
+            }
+        }
         let s = &mut self.settler;
-        s.in_flight = None;
         match result {
             Ok(report) => {
                 st.settle_calls += 1;
@@ -196,7 +203,7 @@ impl EventLoop {
         outcome: Outcome,
         queue: Option<usize>,
     ) {
-        if !self.leases.settled(lease) {
+        if !self.leases.keeps(lease) {
             return;
         }
         let s = &mut self.settler;
