@@ -2,7 +2,6 @@
 //! `HOPPER_TEST_POSTGRES_URL`). Every test works in a schema of its own, dropped afterwards.
 
 mod postgres {
-    mod cluster;
     mod crash;
     mod killed;
     mod migrations;

@@ -28,6 +28,7 @@
 //!   re-exported as `cases::<name>`.
 //! - [`helpers`]: enqueueing, fetching and settling shorthands, and
 //!   [`claim_concurrently`](helpers::claim_concurrently).
+//! - [`pg_cluster`]: a private PostgreSQL cluster, for tests that crash the server.
 //! - [`relay`]: [`Relay`](relay::Relay), a TCP relay that can be cut like a partition.
 //! - [`cleanup`]: [`WithCleanup`], a broker that removes its schema or database when
 //!   dropped, and [`unique_name`].
@@ -39,6 +40,7 @@
 pub mod cases;
 pub mod cleanup;
 pub mod helpers;
+pub mod pg_cluster;
 pub mod relay;
 pub mod worker_cases;
 pub mod workers;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use hopper_core::{Broker, JobContext, QueueOptions, Worker};
 use hopper_postgres::{PgBroker, PgOptions};
 
-use super::cluster::Cluster;
+use hopper_testkit::pg_cluster::Cluster;
 
 const JOBS: usize = 20_000;
 
@@ -78,7 +78,7 @@ async fn crash_mid_drain(options: PgOptions) -> Tally {
     // server went: fewer than the jobs fetched by just after the restart, less the acks
     // applied by just before the crash.
     let before = worker.stats();
-    cluster.crash_and_restart();
+    cluster.restart_immediate();
     let after = worker.stats();
     let held_at_crash = (after.fetched_jobs - before.completed) as usize;
     wait_for("every job to run", || {

@@ -1,13 +1,15 @@
-//! A private PostgreSQL cluster on a port of its own, for tests that crash the server. The
-//! shared server on 5432 is never touched. Built with the server's own `initdb` and
-//! `pg_ctl` (found through `pg_config --bindir`); as root, they run as the `postgres` user.
+//! A private PostgreSQL cluster on a port of its own, for tests that crash or restart the
+//! server: the shared server on 5432 is never stopped. Built with the server's own
+//! `initdb` and `pg_ctl` (found through `pg_config --bindir`); as root, they run as the
+//! `postgres` user.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use hopper_testkit::unique_name;
+use crate::unique_name;
 
+#[derive(Debug)]
 pub struct Cluster {
     bin: PathBuf,
     dir: PathBuf,
@@ -23,8 +25,8 @@ impl Cluster {
             .output()
             .expect("pg_config (PostgreSQL's server package) to find initdb and pg_ctl");
         let bin = PathBuf::from(String::from_utf8_lossy(&bindir.stdout).trim());
-        let as_postgres =
-            String::from_utf8_lossy(&run(Command::new("id").arg("-u")).stdout).trim() == "0";
+        let uid = run(Command::new("id").arg("-u"));
+        let as_postgres = String::from_utf8_lossy(&uid.stdout).trim() == "0";
         let dir = std::env::temp_dir().join(unique_name("hopper_pg_cluster"));
         std::fs::create_dir_all(&dir).expect("the cluster's directory");
         if as_postgres {
@@ -40,19 +42,10 @@ impl Cluster {
             port,
             as_postgres,
         };
-        cluster.pg(
-            "initdb",
-            &[
-                "-D",
-                &cluster.data(),
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-                "--no-sync",
-            ],
-        );
-        cluster.up();
+        let data = cluster.data();
+        let init = ["-D", &data, "-A", "trust", "-U", "postgres", "--no-sync"];
+        cluster.pg("initdb", &init);
+        cluster.pg_ctl("start");
         cluster
     }
 
@@ -61,36 +54,33 @@ impl Cluster {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
-    /// Stops the server the way a power cut would (`-m immediate`: no checkpoint, commits
-    /// made with `synchronous_commit = off` and not yet flushed are lost), then starts it.
-    pub fn crash_and_restart(&self) {
-        self.pg(
-            "pg_ctl",
-            &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
-        );
-        self.up();
+    /// `pg_ctl restart -m immediate`: the server stops as in a power cut (no checkpoint,
+    /// every connection cut) and starts again, replaying its WAL.
+    pub fn restart_immediate(&self) {
+        self.pg_ctl("restart");
     }
 
-    fn up(&self) {
+    fn pg_ctl(&self, action: &str) {
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1",
             self.port,
             self.dir.display()
         );
-        let log = self.dir.join("log");
-        self.pg(
-            "pg_ctl",
-            &[
-                "-D",
-                &self.data(),
-                "-o",
-                &options,
-                "-l",
-                &log.display().to_string(),
-                "-w",
-                "start",
-            ],
-        );
+        let log = self.dir.join("log").display().to_string();
+        let data = self.data();
+        let args = [
+            "-D",
+            &data,
+            "-o",
+            &options,
+            "-l",
+            &log,
+            "-m",
+            "immediate",
+            "-w",
+            action,
+        ];
+        self.pg("pg_ctl", &args);
     }
 
     fn data(&self) -> String {
