@@ -232,7 +232,9 @@ pub fn decode(
         headers.insert(REDELIVERED.to_owned(), "true".to_owned());
     }
     if kind == QueueKind::Quorum {
-        attempt += delivery_count;
+        // Both come from headers any producer may set (found by fuzzing: their sum
+        // overflowed).
+        attempt = attempt.saturating_add(delivery_count);
     }
     let created_at = created_at
         // Another producer's timestamp, in seconds: one past what milliseconds hold in an
@@ -248,7 +250,9 @@ pub fn decode(
         payload: delivery.data,
         priority: 0,
         run_at: run_at.unwrap_or(created_at),
-        attempt: (attempt.max(0) as u32).saturating_add(1),
+        attempt: u32::try_from(attempt.max(0))
+            .unwrap_or(u32::MAX)
+            .saturating_add(1),
         max_attempts: max_attempts
             .map_or(DEFAULT_MAX_ATTEMPTS, |n| n.clamp(1, u32::MAX as i64) as u32),
         headers,
@@ -319,6 +323,38 @@ mod tests {
         assert_eq!(decoded(u64::MAX), 5_000);
         assert_eq!(decoded(i64::MAX as u64 / 1000 + 1), 5_000);
         assert_eq!(decoded(7), 7_000);
+    }
+
+    /// Found by fuzzing: a quorum queue's delivery count added to another producer's
+    /// attempt header overflowed.
+    #[test]
+    fn attempt_headers_at_the_edge_of_their_range_do_not_overflow() {
+        let mut delivery = Delivery::mock(
+            1,
+            ShortString::from(""),
+            ShortString::from("q"),
+            true,
+            vec![],
+        );
+        let mut table = FieldTable::default();
+        table.insert(ATTEMPT.into(), AMQPValue::LongLongInt(i64::MAX));
+        table.insert(DELIVERY_COUNT.into(), AMQPValue::LongLongInt(1));
+        delivery.properties = BasicProperties::default().with_headers(table);
+        let job = decode(delivery, "q", 1, QueueKind::Quorum, 5_000);
+        assert_eq!(job.attempt, u32::MAX);
+        // Past u32: the most attempts, not the low 32 bits (2^32 read as 0).
+        let mut delivery = Delivery::mock(
+            1,
+            ShortString::from(""),
+            ShortString::from("q"),
+            false,
+            vec![],
+        );
+        let mut table = FieldTable::default();
+        table.insert(ATTEMPT.into(), AMQPValue::LongLongInt(1 << 32));
+        delivery.properties = BasicProperties::default().with_headers(table);
+        let job = decode(delivery, "q", 1, QueueKind::Classic, 5_000);
+        assert_eq!(job.attempt, u32::MAX);
     }
 
     #[test]

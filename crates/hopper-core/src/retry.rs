@@ -45,7 +45,9 @@ impl RetryPolicy {
             1.0
         };
         let secs = (capped * spread).min(self.cap.as_secs_f64()).max(0.0);
-        Duration::try_from_secs_f64(secs).unwrap_or(self.cap)
+        // Capped again after the conversion: the cap read as f64 may round up (found by
+        // fuzzing: a cap of 3153599999.999999999 s gave 3153600000 s).
+        Duration::try_from_secs_f64(secs).map_or(self.cap, |d| d.min(self.cap))
     }
 
     /// The attempts a job gets: its own `max_attempts`, lowered by this policy's.
@@ -129,5 +131,12 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(huge.delay(1), Duration::MAX);
+        let odd = RetryPolicy {
+            base: Duration::from_secs(3_153_600_000),
+            cap: Duration::new(3_153_599_999, 999_999_999),
+            jitter: 0.0,
+            ..Default::default()
+        };
+        assert_eq!(odd.delay(1), odd.cap);
     }
 }
