@@ -21,7 +21,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// One run of one job as a worker logged it: `<id> <attempt> <unix µs>`.
+/// One run of one job as a worker logged it when it started: `<id> <attempt> <unix µs>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunLine {
     /// The job's payload: its number in `0..enqueued`.
@@ -59,6 +59,79 @@ impl RunLine {
     }
 }
 
+/// The end of one run: `<id> <attempt> <start µs> <end µs>`, written when the handler's
+/// future ends or is dropped. A run of a process killed meanwhile has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunEnd {
+    /// The run it ends.
+    pub run: RunLine,
+    /// When it ended, in microseconds since the Unix epoch.
+    pub end_micros: u64,
+}
+
+impl RunEnd {
+    /// The end of `run`, now.
+    pub fn now(run: RunLine) -> RunEnd {
+        RunEnd {
+            run,
+            end_micros: unix_micros(SystemTime::now()),
+        }
+    }
+
+    /// The line as written, newline included.
+    pub fn to_line(&self) -> String {
+        let r = self.run;
+        format!(
+            "{} {} {} {}\n",
+            r.id, r.attempt, r.at_micros, self.end_micros
+        )
+    }
+
+    /// Reads a line written by [`to_line`](Self::to_line); `None` for anything else.
+    pub fn parse(line: &str) -> Option<RunEnd> {
+        let mut f = line.split_whitespace();
+        let end = RunEnd {
+            run: RunLine {
+                id: f.next()?.parse().ok()?,
+                attempt: f.next()?.parse().ok()?,
+                at_micros: f.next()?.parse().ok()?,
+            },
+            end_micros: f.next()?.parse().ok()?,
+        };
+        f.next().is_none().then_some(end)
+    }
+}
+
+/// One job run by two processes at once: its id, and each run's `(start, end)` in µs.
+pub type Overlap = (u64, (u64, u64), (u64, u64));
+
+/// Runs of one job by two processes at once: for each process, the runs it ended; for
+/// each pair of runs of one id by different processes whose times overlap, the id and
+/// the two `(start, end)` intervals. A run without an end (its process was killed) is
+/// not counted: a dead process runs nothing.
+pub fn overlaps(per_process: &[Vec<RunEnd>]) -> Vec<Overlap> {
+    let mut by_id: std::collections::BTreeMap<u64, Vec<(usize, u64, u64)>> = Default::default();
+    for (p, ends) in per_process.iter().enumerate() {
+        for e in ends {
+            by_id
+                .entry(e.run.id)
+                .or_default()
+                .push((p, e.run.at_micros, e.end_micros));
+        }
+    }
+    let mut out = Vec::new();
+    for (id, runs) in by_id {
+        for (i, a) in runs.iter().enumerate() {
+            for b in &runs[i + 1..] {
+                if a.0 != b.0 && a.1 < b.2 && b.1 < a.2 {
+                    out.push((id, (a.1, a.2), (b.1, b.2)));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Microseconds since the Unix epoch.
 pub fn unix_micros(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
@@ -74,9 +147,19 @@ pub fn read_log(path: &Path) -> Vec<RunLine> {
         Err(e) => panic!("reading {}: {e}", path.display()),
     };
     text.lines()
+        .filter(|l| RunEnd::parse(l).is_none())
         .map(|l| {
             RunLine::parse(l).unwrap_or_else(|| panic!("bad line {l:?} in {}", path.display()))
         })
+        .collect()
+}
+
+/// The ends of runs of one log file ([`RunEnd`]).
+pub fn read_ends(path: &Path) -> Vec<RunEnd> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(RunEnd::parse)
         .collect()
 }
 

@@ -174,6 +174,17 @@ impl Fleet {
         all
     }
 
+    /// The ends of runs, per process (each slot's each generation).
+    pub fn ends_per_process(&self) -> Vec<Vec<crate::checker::RunEnd>> {
+        let mut all = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            for g in 0..=slot.generation {
+                all.push(crate::checker::read_ends(&self.log_path(i, g)));
+            }
+        }
+        all
+    }
+
     /// Run lines of slot `i`'s current process.
     pub fn runs_of(&self, i: usize) -> Vec<RunLine> {
         read_log(&self.log_path(i, self.slots[i].generation))

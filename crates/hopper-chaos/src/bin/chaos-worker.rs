@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hopper::{Broker, JobContext, Prefetch, QueueOptions, Worker};
-use hopper_chaos::checker::RunLine;
+use hopper_chaos::checker::{RunEnd, RunLine};
 
 #[derive(Debug)]
 struct Args {
@@ -74,6 +74,16 @@ async fn open(args: &Args) -> hopper::Result<Arc<dyn Broker>> {
     hopper::connect(&args.broker).await
 }
 
+/// Logs the end of a run when dropped ([`RunEnd`]).
+struct Ended(RunLine, Arc<File>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let line = RunEnd::now(self.0).to_line();
+        let _ = (&*self.1).write_all(line.as_bytes());
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     // Warnings by default (`RUST_LOG` overrides): the fleet keeps each process's stderr.
@@ -116,12 +126,16 @@ async fn main() {
     let worker = Worker::builder(broker)
         .lease_ttl(Duration::from_millis(args.lease_ms))
         .queue(&args.queue, options, move |job: JobContext<u64>| {
-            let line = RunLine::now(job.payload, job.job.attempt).to_line();
+            let run = RunLine::now(job.payload, job.job.attempt);
             (&*log)
-                .write_all(line.as_bytes())
+                .write_all(run.to_line().as_bytes())
                 .expect("appending to the run log");
+            // Written when the handler's future ends, however it ends: finished, or dropped
+            // by the worker (a timeout, a lease given up).
+            let ended = Ended(run, log.clone());
             async move {
                 tokio::time::sleep(job_time).await;
+                drop(ended);
                 Ok(())
             }
         })
