@@ -42,9 +42,15 @@ pub struct LoadArgs {
     /// What each job does: sleep this many milliseconds (0: nothing).
     #[arg(long, default_value_t = 0)]
     job_ms: u64,
-    /// Queues to spread the jobs over, comma-separated.
+    /// Queues to spread the jobs over, comma-separated. They must be empty: a load never
+    /// touches jobs it did not make, unless told `--purge-first`.
     #[arg(long, value_delimiter = ',', default_value = "load")]
     queues: Vec<String>,
+    /// Delete every job of the queues first, in every state (pending, scheduled, leased,
+    /// dead): for a queue a crashed load left jobs on. Without it, a queue holding any job
+    /// is refused, named, and nothing is changed.
+    #[arg(long, conflicts_with = "prefilled")]
+    purge_first: bool,
     /// Handlers running at once per queue, per worker.
     #[arg(long, default_value_t = 10)]
     concurrency: usize,
@@ -225,6 +231,27 @@ fn validate(args: &LoadArgs) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a queue that holds any job: a load counts every job it drains as its own, and
+/// must never purge an application's jobs without being told to.
+async fn refuse_unless_empty(broker: &Arc<dyn Broker>, queue: &str) -> Result<()> {
+    let c = broker.counts(queue).await?;
+    let held = c.pending + c.scheduled + c.leased + c.dead;
+    if held == 0 {
+        return Ok(());
+    }
+    let found = format!(
+        "{queue} ({held} jobs: {} pending, {} scheduled, {} leased, {} dead)",
+        c.pending, c.scheduled, c.leased, c.dead
+    );
+    Err(hopper::ConfigError::new(
+        "queues",
+        found,
+        "empty queues only: name another with --queues, or pass --purge-first to delete \
+         its jobs first",
+    )
+    .into())
+}
+
 /// Runs the load and prints the report; exit 1 when a job was lost.
 pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     validate(&args)?;
@@ -244,7 +271,11 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     }
     if !args.prefilled {
         for q in &args.queues {
-            producer.purge(q).await?;
+            if args.purge_first {
+                producer.purge(q).await?;
+            } else {
+                refuse_unless_empty(&producer, q).await?;
+            }
         }
     }
     let mut enqueue_s = match (args.prefilled, args.rate) {

@@ -47,7 +47,7 @@ use std::sync::Arc;
 pub use hopper_amqp::{AmqpBroker, AmqpOptions, QueueKind, QueueSettings};
 pub use hopper_core::{
     Broker, CancelOutcome, Capabilities, Chain, ConfigError, Error, Job, JobContext, JobError,
-    JobId, JobRecord, JobResult, JobState, MemoryBroker, NewJob, Prefetch, QueueCounts,
+    JobId, JobRecord, JobResult, JobState, Limits, MemoryBroker, NewJob, Prefetch, QueueCounts,
     QueueOptions, QueueStats, Result, RetryPolicy, RunAt, Worker, WorkerBuilder, WorkerCounts,
     WorkerStats, redact_url,
 };
@@ -66,8 +66,9 @@ pub mod broker {
     pub use hopper_core::broker::*;
     pub use hopper_core::clock::{Clock, Pace};
     pub use hopper_core::job::{
-        DEFAULT_MAX_ATTEMPTS, Millis, from_millis, headers_from_json, to_millis,
-        validate_queue_name,
+        DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, MAX_ATTEMPTS, MAX_DELAY, MAX_HEADER_NAME,
+        MAX_HEADERS_BYTES, MAX_PAYLOAD_LIMIT, MAX_RUN_AT, MIN_RUN_AT, Millis, from_millis,
+        headers_from_json, to_millis, validate_queue_name,
     };
     pub use hopper_core::{AutoSizer, JobCopy, LeaseId};
 }

@@ -193,3 +193,64 @@ fn load_at_a_steady_rate_enqueues_while_the_workers_run() {
     let lat = &r["latency_ms"];
     assert!(lat["max"].as_f64().unwrap() >= lat["p99"].as_f64().unwrap());
 }
+
+/// A load never destroys jobs it did not make: a queue holding an application's scheduled
+/// job and dead letter is refused, named with its counts, and left as it was; with
+/// `--purge-first` the run empties it and goes ahead.
+#[test]
+fn load_refuses_a_queue_holding_jobs_unless_told_to_purge_it() {
+    use hopper::broker::{FetchRequest, Outcome, Settlement};
+    use std::time::Duration;
+
+    let (url, dir) = sqlite_url("refuse");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let broker = rt.block_on(async {
+        let broker = hopper::connect(&url).await.unwrap();
+        let later = hopper::NewJob::new("app", "later").delay(Duration::from_secs(3600));
+        let dead = hopper::NewJob::new("app", "dead").max_attempts(1);
+        broker.enqueue(vec![later, dead]).await.unwrap();
+        let fetched = broker
+            .fetch(FetchRequest::one("app", 1, Duration::from_secs(30)))
+            .await
+            .unwrap();
+        let job = &fetched.jobs[0];
+        let dead = Settlement {
+            job: job.id,
+            lease: job.lease,
+            outcome: Outcome::DeadLetter {
+                error: "failed".to_owned(),
+            },
+        };
+        broker.settle(vec![dead]).await.unwrap();
+        broker
+    });
+    let load = |extra: &[&str]| {
+        let mut args = vec!["load", "--broker", &url, "--queues", "app", "--jobs", "50"];
+        args.extend_from_slice(extra);
+        crate::support::hopper(&args)
+    };
+    let out = load(&[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid queues `app (2 jobs: 0 pending, 1 scheduled, 0 leased, 1 dead)`"),
+        "{err}"
+    );
+    assert!(err.contains("--purge-first"), "{err}");
+    let kept = rt.block_on(broker.counts("app")).unwrap();
+    assert_eq!(
+        (kept.scheduled, kept.dead),
+        (1, 1),
+        "the refusal changed the queue"
+    );
+
+    let out = load(&["--purge-first", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_each_ran_once(&r, 50);
+    std::fs::remove_dir_all(dir).ok();
+}
