@@ -26,7 +26,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "hopper",
     version,
-    about = "Background jobs and messages: run, load-test and inspect brokers"
+    about = "Background jobs and messages: demonstrate, load-test, benchmark and migrate brokers",
+    after_help = "Exit codes: 0 done; 1 the operation failed (a broker error, a lost job, a \
+                  failed check); 2 bad usage (an unknown command or flag, a value refused)."
 )]
 struct Cli {
     /// Broker URL: memory://, sqlite://PATH, postgres://USER:PASSWORD@HOST/DB[?schema=NAME], mysql://USER:PASSWORD@HOST/DB, amqp://USER:PASSWORD@HOST:PORT/VHOST.
@@ -87,6 +89,11 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(code) => code,
+        // A value refused before anything ran is bad usage, as clap's own refusals are.
+        Err(e @ hopper::Error::Config(_)) => {
+            eprintln!("error: {}", e.chain());
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("error: {}", e.chain());
             ExitCode::FAILURE

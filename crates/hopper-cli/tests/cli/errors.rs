@@ -137,3 +137,51 @@ fn a_server_that_never_answers_is_named_after_the_connect_timeout() {
         assert!(!err.contains("s3cret"), "{err}");
     }
 }
+
+/// Exit codes as `--help` documents them: 2 for bad usage (clap's refusals and values
+/// Hopper refuses, with a suggestion for a mistyped command), 1 for an operation that
+/// failed (a broker that cannot be reached), 0 for help.
+#[test]
+fn exit_codes_tell_bad_usage_from_a_failed_operation() {
+    let code = |args: &[&str]| crate::support::hopper(args).status.code();
+    let out = crate::support::hopper(&["demoo"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("similar") && err.contains("demo"), "{err}");
+    assert_eq!(
+        code(&[
+            "load",
+            "--broker",
+            "memory://",
+            "--jobs",
+            "1",
+            "--concurrency",
+            "0"
+        ]),
+        Some(2)
+    );
+    assert_eq!(
+        code(&[
+            "load",
+            "--broker",
+            "memory://",
+            "--jobs",
+            "1",
+            "--prefetch",
+            "eager"
+        ]),
+        Some(2)
+    );
+    let unreachable = "postgres://app@127.0.0.1:1/jobs";
+    assert_eq!(
+        code(&["load", "--broker", unreachable, "--jobs", "1"]),
+        Some(1)
+    );
+    let help = crate::support::hopper(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains("Exit codes: 0 done; 1 the operation failed"),
+        "{text}"
+    );
+}
