@@ -4,12 +4,14 @@
 //! - `bench`: the performance matrix, raw baselines beside Hopper (`hopper bench`): its
 //!   flags; the harness is the `hopper-bench` crate.
 //! - `demo`: the prefetch demonstration (`hopper demo`).
+//! - `enqueue`: jobs from the command line or standard input (`hopper enqueue`).
 //! - `load`: enqueue a backlog and drain it, printing throughput and latency (`hopper load`).
 //! - `migrate`: bring a SQL broker's schema up to date (`hopper migrate`).
 //! - `report`: small formatting helpers shared by the commands.
 
 mod bench;
 mod demo;
+mod enqueue;
 mod load;
 mod migrate;
 mod report;
@@ -26,7 +28,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "hopper",
     version,
-    about = "Background jobs and messages: demonstrate, load-test, benchmark and migrate brokers",
+    about = "Background jobs and messages: enqueue, demonstrate, load-test, benchmark and migrate brokers",
     after_help = "Exit codes: 0 done; 1 the operation failed (a broker error, a lost job, a \
                   failed check); 2 bad usage (an unknown command or flag, a value refused)."
 )]
@@ -42,6 +44,8 @@ struct Cli {
 enum Command {
     /// Show how prefetch sizes fetches: prefetch 1, then auto on short and on long jobs.
     Demo,
+    /// Enqueue jobs: one from the arguments, or one per line of JSON on standard input.
+    Enqueue(enqueue::EnqueueArgs),
     /// Enqueue a backlog, drain it with one or more workers, and report the figures.
     Load(load::LoadArgs),
     /// Run the performance matrix: raw baselines beside Hopper, one table (BENCHMARKS.md).
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Demo => demo::run(&own_queues(&cli.broker)).await,
+            Command::Enqueue(args) => enqueue::run(&cli.broker, args).await,
             Command::Load(args) => load::run(&own_queues(&cli.broker), args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Migrate => migrate::run(&cli.broker).await,

@@ -1,8 +1,9 @@
 //! The `hopper` command end to end: the demo, load runs on memory, SQLite and the servers,
-//! the bench's workloads, bad input.
+//! the bench's workloads, enqueue from the command line, bad input.
 
 mod bench;
 mod demo;
+mod enqueue;
 mod errors;
 mod load;
 mod servers;

@@ -1,0 +1,109 @@
+//! `hopper enqueue QUEUE [PAYLOAD]`: jobs from the command line, or one per line of JSON on
+//! standard input, with the options a producer sets in code. Prints each new job's id.
+
+use std::io::BufRead;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::Args;
+use hopper::{ConfigError, NewJob, Result};
+
+/// Jobs sent per enqueue call when reading standard input.
+const CHUNK: usize = 1_000;
+
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// The queue.
+    queue: String,
+    /// The payload, as JSON. Without it, each line of standard input is one job's JSON
+    /// payload (blank lines skipped).
+    payload: Option<String>,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i32,
+    /// Run no earlier than this long after enqueue: `30s`, `5m`, `1h 30m`.
+    #[arg(long, conflicts_with = "at")]
+    delay: Option<humantime::Duration>,
+    /// Run no earlier than this time, RFC 3339 (`2026-12-05T10:00:00Z`); not in the past.
+    #[arg(long)]
+    at: Option<String>,
+    /// Attempts before the job is dead-lettered.
+    #[arg(long, default_value_t = hopper::broker::DEFAULT_MAX_ATTEMPTS)]
+    max_attempts: u32,
+    /// A header, `NAME=VALUE`; repeat for more.
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    headers: Vec<String>,
+}
+
+/// Reads the jobs, enqueues them in chunks, prints their ids, one a line.
+pub async fn run(url: &str, args: EnqueueArgs) -> Result<ExitCode> {
+    let template = template(&args)?;
+    let payloads: Vec<Vec<u8>> = match &args.payload {
+        Some(text) => vec![json_payload("PAYLOAD", text)?],
+        None => {
+            let mut out = Vec::new();
+            for (n, line) in std::io::stdin().lock().lines().enumerate() {
+                let line = line.map_err(|e| {
+                    ConfigError::new("standard input", format!("line {}", n + 1), e.to_string())
+                })?;
+                if !line.trim().is_empty() {
+                    out.push(json_payload(&format!("line {}", n + 1), &line)?);
+                }
+            }
+            out
+        }
+    };
+    let broker = hopper::connect(url).await?;
+    for chunk in payloads.chunks(CHUNK) {
+        let jobs = chunk
+            .iter()
+            .map(|p| NewJob {
+                payload: p.clone(),
+                ..template.clone()
+            })
+            .collect();
+        for id in broker.enqueue(jobs).await? {
+            println!("{id}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The job every payload is enqueued as: the options, checked before anything is read.
+fn template(args: &EnqueueArgs) -> Result<NewJob> {
+    let mut job = NewJob::new(&args.queue, Vec::new())
+        .priority(args.priority)
+        .max_attempts(args.max_attempts);
+    if let Some(delay) = args.delay {
+        job = job.delay(Duration::from(delay));
+    }
+    if let Some(at) = &args.at {
+        let time = humantime::parse_rfc3339_weak(at).map_err(|e| {
+            ConfigError::new(
+                "--at",
+                at,
+                format!("an RFC 3339 time such as 2026-12-05T10:00:00Z ({e})"),
+            )
+        })?;
+        if time < SystemTime::now() {
+            return Err(ConfigError::new("--at", at, "a time not in the past").into());
+        }
+        job = job.run_at(time);
+    }
+    for header in &args.headers {
+        let Some((name, value)) = header.split_once('=') else {
+            return Err(ConfigError::new("--header", header, "NAME=VALUE").into());
+        };
+        job = job.header(name, value);
+    }
+    job.validate()?;
+    Ok(job)
+}
+
+/// `text` as a payload, if it is JSON; `what` names it in the refusal.
+fn json_payload(what: &str, text: &str) -> Result<Vec<u8>> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(_) => Ok(text.trim().as_bytes().to_vec()),
+        Err(e) => Err(ConfigError::new(what, text, format!("JSON ({e})")).into()),
+    }
+}

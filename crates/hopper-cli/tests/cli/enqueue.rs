@@ -1,0 +1,127 @@
+//! `hopper enqueue` on SQLite: one job from the arguments with every option, a bulk of
+//! JSON lines from standard input, and bad input refused by name with nothing stored.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use hopper::{JobId, JobState};
+
+use crate::support::{hopper, sqlite_url};
+
+/// Runs `hopper enqueue` with `args` and `stdin`; exit code, stdout, stderr.
+fn enqueue(url: &str, args: &[&str], stdin: &str) -> (Option<i32>, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
+        .args(["--broker", url, "enqueue"])
+        .args(args)
+        .env_remove("HOPPER_BROKER")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn enqueue_takes_every_option_and_bulk_lines() {
+    let (url, dir) = sqlite_url("enqueue");
+    let (code, out, err) = enqueue(
+        &url,
+        &[
+            "emails",
+            r#"{"to":"a@b"}"#,
+            "--priority",
+            "-3",
+            "--max-attempts",
+            "3",
+            "--header",
+            "tenant=t1",
+            "--header",
+            "trace=x=y",
+        ],
+        "",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let id: i64 = out.trim().parse().expect("one id printed");
+    let lines: String = (0..100).map(|i| format!("{{\"n\":{i}}}\n\n")).collect();
+    let (code, out, err) = enqueue(&url, &["emails"], &lines);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 100, "an id a line");
+    let (code, _, err) = enqueue(&url, &["later", "1", "--delay", "30s"], "");
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = enqueue(&url, &["later", "2", "--at", "2999-01-01T00:00:00Z"], "");
+    assert_eq!(code, Some(0), "{err}");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let broker = hopper::connect(&url).await.unwrap();
+        let record = broker.job(JobId(id)).await.unwrap().unwrap();
+        assert_eq!(record.state, JobState::Pending);
+        assert_eq!(record.job.payload, br#"{"to":"a@b"}"#);
+        assert_eq!((record.job.priority, record.job.max_attempts), (-3, 3));
+        assert_eq!(record.job.headers["tenant"], "t1");
+        assert_eq!(record.job.headers["trace"], "x=y");
+        assert_eq!(broker.counts("emails").await.unwrap().pending, 101);
+        let later = broker.counts("later").await.unwrap();
+        assert_eq!((later.pending, later.scheduled), (0, 2));
+    });
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn bad_input_is_refused_by_name_and_stores_nothing() {
+    let (url, dir) = sqlite_url("enqueue_bad");
+    for (args, stdin, named) in [
+        (vec!["q", "not json"], "", "invalid PAYLOAD `not json`"),
+        (
+            vec!["q"],
+            "{\"ok\":1}\n{broken\n",
+            "invalid line 2 `{broken`",
+        ),
+        (
+            vec!["q", "1", "--header", "novalue"],
+            "",
+            "invalid --header `novalue`",
+        ),
+        (
+            vec!["q", "1", "--at", "2001-01-01T00:00:00Z"],
+            "",
+            "a time not in the past",
+        ),
+        (
+            vec!["q", "1", "--at", "tomorrow"],
+            "",
+            "invalid --at `tomorrow`",
+        ),
+        (vec!["bad queue", "1"], "", "invalid queue `bad queue`"),
+        (
+            vec!["q", "1", "--max-attempts", "0"],
+            "",
+            "invalid max_attempts `0`",
+        ),
+    ] {
+        let (code, out, err) = enqueue(&url, &args, stdin);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(named), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(out.is_empty(), "{args:?} printed ids: {out}");
+    }
+    let (code, _, err) = enqueue(&url, &["q", "1", "--delay", "soon"], "");
+    assert_eq!(code, Some(2), "{err}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let counts = rt.block_on(async {
+        let broker = hopper::connect(&url).await.unwrap();
+        broker.counts("q").await.unwrap()
+    });
+    assert_eq!(counts, hopper::QueueCounts::default());
+    assert_eq!(hopper(&["enqueue", "--help"]).status.code(), Some(0));
+    std::fs::remove_dir_all(dir).ok();
+}
