@@ -5,6 +5,7 @@
 //!   flags; the harness is the `hopper-bench` crate.
 //! - `demo`: the prefetch demonstration (`hopper demo`).
 //! - `enqueue`: jobs from the command line or standard input (`hopper enqueue`).
+//! - `inspect`: one job's record (`hopper jobs show`), a queue purged (`hopper queue purge`).
 //! - `load`: enqueue a backlog and drain it, printing throughput and latency (`hopper load`).
 //! - `migrate`: bring a SQL broker's schema up to date (`hopper migrate`).
 //! - `report`: small formatting helpers shared by the commands.
@@ -12,6 +13,7 @@
 mod bench;
 mod demo;
 mod enqueue;
+mod inspect;
 mod load;
 mod migrate;
 mod report;
@@ -28,7 +30,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "hopper",
     version,
-    about = "Background jobs and messages: enqueue, demonstrate, load-test, benchmark and migrate brokers",
+    about = "Background jobs and messages: enqueue, inspect and purge jobs; demonstrate, load-test, benchmark and migrate brokers",
     after_help = "Exit codes: 0 done; 1 the operation failed (a broker error, a lost job, a \
                   failed check); 2 bad usage (an unknown command or flag, a value refused)."
 )]
@@ -46,6 +48,16 @@ enum Command {
     Demo,
     /// Enqueue jobs: one from the arguments, or one per line of JSON on standard input.
     Enqueue(enqueue::EnqueueArgs),
+    /// Inspect jobs.
+    Jobs {
+        #[command(subcommand)]
+        command: inspect::JobsCommand,
+    },
+    /// Act on a queue.
+    Queue {
+        #[command(subcommand)]
+        command: inspect::QueueCommand,
+    },
     /// Enqueue a backlog, drain it with one or more workers, and report the figures.
     Load(load::LoadArgs),
     /// Run the performance matrix: raw baselines beside Hopper, one table (BENCHMARKS.md).
@@ -87,6 +99,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Demo => demo::run(&own_queues(&cli.broker)).await,
             Command::Enqueue(args) => enqueue::run(&cli.broker, args).await,
+            Command::Jobs { command } => inspect::jobs(&cli.broker, command).await,
+            Command::Queue { command } => inspect::queue(&cli.broker, command).await,
             Command::Load(args) => load::run(&own_queues(&cli.broker), args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Migrate => migrate::run(&cli.broker).await,

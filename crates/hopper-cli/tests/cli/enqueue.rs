@@ -125,3 +125,62 @@ fn bad_input_is_refused_by_name_and_stores_nothing() {
     assert_eq!(hopper(&["enqueue", "--help"]).status.code(), Some(0));
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `jobs show` prints a job's record, as text and as JSON; `queue purge` needs `--yes`
+/// without a terminal, changes nothing without it, and with it deletes every job of the
+/// queue and only of that queue.
+#[test]
+fn jobs_show_and_queue_purge() {
+    let (url, dir) = sqlite_url("inspect");
+    let (_, out, _) = enqueue(&url, &["q", r#"{"n":7}"#, "--header", "k=v"], "");
+    let id = out.trim().to_owned();
+    enqueue(&url, &["q", "2", "--delay", "1h"], "");
+    enqueue(&url, &["other", "3"], "");
+
+    let show = hopper(&["--broker", &url, "jobs", "show", &id]);
+    assert_eq!(show.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&show.stdout);
+    for line in [
+        "state        pending",
+        "attempts     0 of 25",
+        "header       k=v",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from:\n{text}");
+    }
+    assert!(text.contains(r#"payload      {"n":7}"#), "{text}");
+    let json = hopper(&["--broker", &url, "jobs", "show", &id, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        (v["state"].as_str(), v["payload"]["n"].as_i64()),
+        (Some("pending"), Some(7))
+    );
+    assert_eq!(v["headers"]["k"], "v");
+    let missing = hopper(&["--broker", &url, "jobs", "show", "999999"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no job 999999"));
+    let bad = hopper(&["--broker", &url, "jobs", "show", "x1"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid ID `x1`"));
+
+    // Not a terminal here: refused without --yes, and nothing is deleted.
+    let refused = hopper(&["--broker", &url, "queue", "purge", "q"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--yes to purge q"));
+    let purged = hopper(&["--broker", &url, "queue", "purge", "q", "--yes"]);
+    assert_eq!(purged.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&purged.stdout),
+        "q: 2 jobs deleted\n"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (q, other) = rt.block_on(async {
+        let broker = hopper::connect(&url).await.unwrap();
+        (
+            broker.counts("q").await.unwrap(),
+            broker.counts("other").await.unwrap(),
+        )
+    });
+    assert_eq!((q.pending, q.scheduled), (0, 0));
+    assert_eq!(other.pending, 1, "another queue's job went too");
+    std::fs::remove_dir_all(dir).ok();
+}
