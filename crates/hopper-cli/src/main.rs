@@ -9,6 +9,7 @@
 //! - `load`: enqueue a backlog and drain it, printing throughput and latency (`hopper load`).
 //! - `migrate`: bring a SQL broker's schema up to date (`hopper migrate`).
 //! - `report`: small formatting helpers shared by the commands.
+//! - `work`: a worker that runs a command per job, for any language (`hopper work`).
 
 mod bench;
 mod demo;
@@ -18,6 +19,7 @@ mod load;
 mod migrate;
 mod report;
 mod steady;
+mod work;
 
 use std::process::ExitCode;
 
@@ -30,7 +32,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "hopper",
     version,
-    about = "Background jobs and messages: enqueue, inspect and purge jobs; demonstrate, load-test, benchmark and migrate brokers",
+    about = "Background jobs and messages: enqueue, work, inspect and purge jobs; demonstrate, load-test, benchmark and migrate brokers",
     after_help = "Exit codes: 0 done; 1 the operation failed (a broker error, a lost job, a \
                   failed check); 2 bad usage (an unknown command or flag, a value refused)."
 )]
@@ -58,6 +60,8 @@ enum Command {
         #[command(subcommand)]
         command: inspect::QueueCommand,
     },
+    /// Work queues by running a command per job (payload on its standard input).
+    Work(work::WorkArgs),
     /// Enqueue a backlog, drain it with one or more workers, and report the figures.
     Load(load::LoadArgs),
     /// Run the performance matrix: raw baselines beside Hopper, one table (BENCHMARKS.md).
@@ -101,6 +105,7 @@ fn main() -> ExitCode {
             Command::Enqueue(args) => enqueue::run(&cli.broker, args).await,
             Command::Jobs { command } => inspect::jobs(&cli.broker, command).await,
             Command::Queue { command } => inspect::queue(&cli.broker, command).await,
+            Command::Work(args) => work::run(&cli.broker, args).await,
             Command::Load(args) => load::run(&own_queues(&cli.broker), args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Migrate => migrate::run(&cli.broker).await,

@@ -8,3 +8,4 @@ mod errors;
 mod load;
 mod servers;
 mod support;
+mod work;
