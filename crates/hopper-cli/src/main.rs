@@ -34,14 +34,31 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     version,
     about = "Background jobs and messages: enqueue, work, inspect and purge jobs; demonstrate, load-test, benchmark and migrate brokers",
     after_help = "Exit codes: 0 done; 1 the operation failed (a broker error, a lost job, a \
-                  failed check); 2 bad usage (an unknown command or flag, a value refused)."
+                  failed check); 2 bad usage (an unknown command or flag, a value refused).\n\
+                  Logs go to standard error: RUST_LOG sets what is logged (default `warn`; \
+                  `hopper=debug,info` and so on), --log-format how."
 )]
 struct Cli {
     /// Broker URL: memory://, sqlite://PATH, postgres://USER:PASSWORD@HOST/DB[?schema=NAME], mysql://USER:PASSWORD@HOST/DB, amqp://USER:PASSWORD@HOST:PORT/VHOST.
     #[arg(long, global = true, default_value = hopper::DEFAULT_BROKER_URL, env = "HOPPER_BROKER")]
     broker: String,
+    /// Log lines as text (coloured only on a terminal) or as one JSON object each.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "HOPPER_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -80,15 +97,24 @@ fn own_queues(url: &str) -> String {
     format!("{url}{sep}declare=true")
 }
 
+/// Logs to standard error, filtered by `RUST_LOG` (default `warn`), in `format`; colour
+/// codes only when standard error is a terminal, so none reach a pipe or a file.
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.json().init(),
+    }
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    init_logs(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

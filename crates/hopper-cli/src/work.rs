@@ -98,6 +98,13 @@ pub async fn run(url: &str, args: WorkArgs) -> Result<ExitCode> {
     let worker = builder.start()?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| hopper::Error::broker_msg(format!("listening for SIGTERM: {e}")))?;
+    // Logged once SIGTERM is handled: from here a stop is a clean one.
+    tracing::info!(
+        queues = ?args.queues,
+        command = %program,
+        concurrency = args.concurrency,
+        "working"
+    );
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}

@@ -156,3 +156,58 @@ fn a_timeout_kills_the_group_and_sigterm_hands_back_what_did_not_start() {
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// Logs go to standard error as `--log-format` says: one JSON object a line, or text
+/// without colour codes when standard error is not a terminal (a pipe here).
+#[test]
+fn logs_follow_the_log_format_and_keep_colour_off_pipes() {
+    let (url, dir) = sqlite_url("work_logs");
+    for format in ["json", "text"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
+            .args([
+                "--broker",
+                &url,
+                "--log-format",
+                format,
+                "work",
+                "q",
+                "--",
+                "true",
+            ])
+            .env_remove("HOPPER_BROKER")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The start line comes once the worker runs (and listens for SIGTERM).
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+        let mut seen = String::new();
+        let line = loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("no start line in {format}: {seen}"))
+                .unwrap();
+            seen.push_str(&line);
+            if line.contains("working") {
+                break line;
+            }
+        };
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        assert!(child.wait().unwrap().success());
+        let all = format!("{seen}{}", rest.join("\n"));
+        assert!(!all.contains('\u{1b}'), "colour codes in a pipe: {all}");
+        if format == "json" {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(v["fields"]["message"], "working", "{line}");
+            assert_eq!(v["fields"]["command"], "true", "{line}");
+            assert_eq!(v["level"], "INFO", "{line}");
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
