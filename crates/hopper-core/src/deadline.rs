@@ -88,6 +88,13 @@ impl Watch {
     }
 }
 
+/// How long a call may go unanswered on a connection whose server cancels statements at
+/// `statement_timeout`: that long and as long again, at most 10 s more. Past it the server
+/// would have answered, if only with its cancellation, so no answer means none can come.
+pub fn answer_limit(statement_timeout: Duration) -> Duration {
+    statement_timeout + statement_timeout.min(Duration::from_secs(10))
+}
+
 /// Polls `call` until it finishes (`Some`) or `limit` of wall-clock time has passed
 /// (`None`). On `None` the call is left unfinished for the caller to drop: what it held
 /// (a connection in the middle of a reply) is the caller's to discard.
@@ -119,6 +126,14 @@ mod tests {
         assert_eq!(answer_within(Duration::from_millis(200), never).await, None);
         let took = started.elapsed();
         assert!(took >= Duration::from_millis(200), "{took:?}");
+        assert_eq!(
+            super::answer_limit(Duration::from_millis(500)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            super::answer_limit(Duration::from_secs(60)),
+            Duration::from_secs(70)
+        );
         let quick = pin!(async { 7 });
         assert_eq!(answer_within(Duration::from_secs(60), quick).await, Some(7));
         // Deadlines set in any order ring in theirs.

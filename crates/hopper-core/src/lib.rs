@@ -30,7 +30,7 @@ pub use broker::{
     JobState, Outcome, QueueCounts, SettleReport, Settlement,
 };
 pub use clock::{CONNECT_TIMEOUT, Clock, connect_within};
-pub use deadline::answer_within;
+pub use deadline::{answer_limit, answer_within};
 pub use error::{Chain, ConfigError, Error, Result};
 pub use job::{Job, JobCopy, JobId, LeaseId, Limits, Millis, NewJob, RunAt};
 pub use memory::MemoryBroker;

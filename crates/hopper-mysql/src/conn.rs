@@ -446,9 +446,7 @@ impl Connections {
             fresh,
             shown_url: &self.shown_url,
             breaks: &self.breaks,
-            answer_limit: self
-                .statement_timeout
-                .map(|t| t + t.min(Duration::from_secs(10))),
+            answer_limit: self.statement_timeout.map(hopper_core::answer_limit),
         })
     }
 

@@ -96,7 +96,7 @@ impl PgBroker {
         let Some(timeout) = self.inner.options.statement_timeout else {
             return call.await;
         };
-        let limit = timeout + timeout.min(Duration::from_secs(10));
+        let limit = hopper_core::answer_limit(timeout);
         let mut call = Box::pin(call);
         match hopper_core::answer_within(limit, call.as_mut()).await {
             Some(out) => out,
