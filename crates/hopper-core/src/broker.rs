@@ -10,7 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use crate::error::Result;
+use crate::admin::{AttemptError, JobPage, JobQuery, QueueStatus, Selection};
+use crate::error::{Error, Result};
 use crate::job::{Job, JobId, LeaseId, Limits, Millis, NewJob};
 
 /// How many jobs one fetch may take from one queue.
@@ -140,6 +141,13 @@ pub struct JobRecord {
     pub state: JobState,
     /// The error of the last failed attempt, if any.
     pub last_error: Option<String>,
+    /// The errors of the latest failed attempts, oldest first, at most
+    /// [`ERROR_HISTORY`](crate::admin::ERROR_HISTORY) of them.
+    pub errors: Vec<AttemptError>,
+    /// When its latest attempt started (ms since the epoch), if it ever ran.
+    pub started_at: Option<Millis>,
+    /// When it died, completed or was cancelled (ms since the epoch).
+    pub finished_at: Option<Millis>,
 }
 
 /// Jobs of one queue by state.
@@ -203,6 +211,45 @@ pub struct Capabilities {
     /// to a task of its own, so a settlement that only queues frames completes there; the
     /// part before its first `Pending` must not block.
     pub pushed: bool,
+    /// Which operator calls it serves (listing, re-drives, pausing, …).
+    pub admin: AdminCalls,
+}
+
+/// Which of the operator calls of [`admin`](crate::admin) a broker serves; the others
+/// answer [`Error::NotSupported`](crate::Error::NotSupported).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AdminCalls {
+    /// [`Broker::list_jobs`], with the error of every attempt in each record.
+    pub list: bool,
+    /// [`Broker::retry_dead`] and [`Broker::discard_dead`].
+    pub redrive: bool,
+    /// [`Broker::set_paused`], honoured by every worker of the broker.
+    pub pause: bool,
+    /// [`Broker::queues`] and [`Broker::queue_stats`].
+    pub stats: bool,
+    /// Throughput over the last minute and hour in [`QueueStatus`].
+    pub throughput: bool,
+}
+
+impl AdminCalls {
+    /// Everything a broker that stores each job as a record can do.
+    pub const RECORDS: AdminCalls = AdminCalls {
+        list: true,
+        redrive: true,
+        pause: true,
+        stats: true,
+        throughput: false,
+    };
+
+    /// None of them.
+    pub const NONE: AdminCalls = AdminCalls {
+        list: false,
+        redrive: false,
+        pause: false,
+        stats: false,
+        throughput: false,
+    };
 }
 
 impl Capabilities {
@@ -218,6 +265,7 @@ impl Capabilities {
             leases: true,
             topics: false,
             pushed: false,
+            admin: AdminCalls::NONE,
         }
     }
 
@@ -233,6 +281,7 @@ impl Capabilities {
             leases: true,
             topics: true,
             pushed: false,
+            admin: AdminCalls::RECORDS,
         }
     }
 
@@ -248,6 +297,7 @@ impl Capabilities {
             leases: false,
             topics: false,
             pushed: true,
+            admin: AdminCalls::NONE,
         }
     }
 
@@ -262,6 +312,11 @@ impl Capabilities {
             in_process: false,
             ..self
         }
+    }
+
+    /// The same, serving the operator calls `admin` says.
+    pub const fn with_admin(self, admin: AdminCalls) -> Self {
+        Capabilities { admin, ..self }
     }
 
     /// The same, with `run_at` and delays not honoured.
@@ -371,6 +426,52 @@ pub trait Broker: Send + Sync + Debug + 'static {
 
     /// Removes every job of a queue, in every state. Returns how many went.
     async fn purge(&self, queue: &str) -> Result<u64>;
+
+    /// A page of a queue's jobs in one state, each with its error history. Keyset paging:
+    /// the next page starts after [`JobPage::next`], and costs no more than the first.
+    async fn list_jobs(&self, query: &JobQuery) -> Result<JobPage> {
+        let _ = query;
+        Err(self.not_supported("listing jobs"))
+    }
+
+    /// Puts the selected dead letters back in their queue, due now, with their attempts
+    /// reset and their error history kept. Returns how many went back.
+    async fn retry_dead(&self, which: &Selection) -> Result<u64> {
+        let _ = which;
+        Err(self.not_supported("retrying dead letters"))
+    }
+
+    /// Deletes the selected dead letters. Returns how many went.
+    async fn discard_dead(&self, which: &Selection) -> Result<u64> {
+        let _ = which;
+        Err(self.not_supported("discarding dead letters"))
+    }
+
+    /// Pauses a queue for every worker of this broker, or resumes it: a paused queue takes
+    /// enqueues and hands out nothing. Returns whether this changed anything.
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
+        let _ = (queue, paused);
+        Err(self.not_supported("pausing queues"))
+    }
+
+    /// The names of the queues holding jobs, or paused, in name order.
+    async fn queues(&self) -> Result<Vec<String>> {
+        Err(self.not_supported("listing queues"))
+    }
+
+    /// A queue's counts by state, lag, pause and throughput.
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
+        let _ = queue;
+        Err(self.not_supported("queue statistics"))
+    }
+
+    /// The error for a call this broker does not serve.
+    fn not_supported(&self, what: &'static str) -> Error {
+        Error::NotSupported {
+            broker: self.capabilities().name,
+            what,
+        }
+    }
 
     /// Opens this process's subscription to `queue`, or changes its window if it is open:
     /// the server may push at most `window` deliveries not yet settled. `None` is the

@@ -4,6 +4,7 @@
 //! # Layout
 //! - [`job`]: [`NewJob`] as producers make it, [`Job`] as workers hold it, times.
 //! - [`id`]: [`JobId`] and [`LeaseId`], minted by brokers.
+//! - [`admin`]: what operators ask: listings by cursor, re-drives, pauses, statistics.
 //! - [`broker`]: the [`Broker`] trait, fetch requests, settlements and capabilities.
 //! - [`prefetch`]: the fetch policies ([`Prefetch`]) and the adaptive [`AutoSizer`].
 //! - [`retry`]: [`RetryPolicy`], exponential backoff with jitter.
@@ -13,6 +14,7 @@
 //! - [`url`]: [`redact_url`], so passwords in broker URLs never reach logs.
 //! - [`error`]: [`Error`] and [`ConfigError`].
 
+pub mod admin;
 pub mod broker;
 pub mod clock;
 pub mod deadline;
@@ -25,9 +27,12 @@ pub mod retry;
 pub mod url;
 pub mod worker;
 
+pub use admin::{
+    AttemptError, Cursor, JobPage, JobQuery, ListState, QueueStatus, Selection, Throughput,
+};
 pub use broker::{
-    Broker, Budget, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched, JobRecord,
-    JobState, Outcome, QueueCounts, SettleReport, Settlement,
+    AdminCalls, Broker, Budget, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched,
+    JobRecord, JobState, Outcome, QueueCounts, SettleReport, Settlement,
 };
 pub use clock::{CONNECT_TIMEOUT, Clock, connect_within};
 pub use deadline::{answer_limit, answer_within};

@@ -403,6 +403,9 @@ fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
         job,
         state,
         last_error: row.get(11)?,
+        errors: Vec::new(),
+        started_at: None,
+        finished_at: None,
     })
 }
 

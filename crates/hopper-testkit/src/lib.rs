@@ -83,6 +83,11 @@ macro_rules! broker_suite {
             purge_removes_every_state,
             wake_signal_on_new_work,
             bad_queue_name,
+            listing_pages_by_cursor,
+            error_history_per_attempt,
+            dead_letters_retried_and_discarded,
+            pause_and_resume,
+            queue_stats_and_names,
         );
 
         #[$crate::__private::tokio::test(

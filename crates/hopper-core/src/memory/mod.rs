@@ -7,6 +7,7 @@
 //! due. Held jobs stay here under their lease until settled, so an expired lease returns
 //! them exactly as the durable brokers do.
 
+mod admin;
 mod queue;
 mod state;
 pub mod topic;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
+use crate::admin::{JobPage, JobQuery, QueueStatus, Selection};
 use crate::broker::{
     Broker, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched, JobRecord, JobState,
     Outcome, QueueCounts, SettleReport, Settlement,
@@ -143,6 +145,9 @@ impl Broker for MemoryBroker {
         guard.reap(now);
         let st = &mut *guard;
         for budget in &request.budgets {
+            if !st.paused.is_empty() && st.paused.contains(&budget.queue) {
+                continue;
+            }
             let Some(q) = st.queues.get_mut(&budget.queue) else {
                 continue;
             };
@@ -214,8 +219,8 @@ impl Broker for MemoryBroker {
                 run += 1;
                 report.applied += 1;
                 if let Outcome::Ack = s.outcome {
-                    if !st.last_errors.is_empty() {
-                        st.last_errors.remove(&s.job);
+                    if !st.errors.is_empty() {
+                        st.errors.remove(&s.job);
                     }
                     continue;
                 }
@@ -224,7 +229,7 @@ impl Broker for MemoryBroker {
                 match s.outcome {
                     Outcome::Ack => unreachable!("settled above"),
                     Outcome::Retry { delay, error } => {
-                        st.last_errors.insert(job.id, error);
+                        st.record_error(&job, &error, now);
                         job.run_at = now + delay.as_millis() as i64;
                         st.queue(&job.queue).push(job, now);
                         requeued = true;
@@ -235,17 +240,7 @@ impl Broker for MemoryBroker {
                         st.queue(&job.queue).push(job, now);
                         requeued = true;
                     }
-                    Outcome::Cancel => {
-                        let last_error = st.last_errors.remove(&job.id);
-                        st.finished.insert(
-                            job.id,
-                            JobRecord {
-                                job,
-                                state: JobState::Cancelled,
-                                last_error,
-                            },
-                        );
-                    }
+                    Outcome::Cancel => st.finish(job, JobState::Cancelled, now),
                 }
             }
             st.release_lease_slots(run_lease, run);
@@ -278,15 +273,7 @@ impl Broker for MemoryBroker {
         let found = st.queues.values_mut().find_map(|q| q.remove_pending(id));
         match found {
             Some(job) => {
-                let last_error = st.last_errors.remove(&id);
-                st.finished.insert(
-                    id,
-                    JobRecord {
-                        job,
-                        state: JobState::Cancelled,
-                        last_error,
-                    },
-                );
+                st.finish(job, JobState::Cancelled, self.inner.clock.now_millis());
                 Ok(CancelOutcome::Cancelled)
             }
             None => Ok(CancelOutcome::NotFound),
@@ -295,13 +282,9 @@ impl Broker for MemoryBroker {
 
     async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
         let st = self.state();
-        let last_error = st.last_errors.get(&id).cloned();
         if let Some(held) = st.leased.get(&id) {
-            return Ok(Some(JobRecord {
-                job: held.copy.to_job(&st.names[held.queue as usize]),
-                state: JobState::Leased,
-                last_error,
-            }));
+            let job = held.copy.to_job(&st.names[held.queue as usize]);
+            return Ok(Some(st.record(job, JobState::Leased, None)));
         }
         if let Some(rec) = st.finished.get(&id) {
             return Ok(Some(rec.clone()));
@@ -310,31 +293,12 @@ impl Broker for MemoryBroker {
             .queues
             .values()
             .find_map(|q| q.find_pending(id))
-            .map(|job| JobRecord {
-                job: job.clone(),
-                state: JobState::Pending,
-                last_error,
-            }))
+            .map(|job| st.record(job.clone(), JobState::Pending, None)))
     }
 
     async fn counts(&self, queue: &str) -> Result<QueueCounts> {
         let now = self.inner.clock.now_millis();
-        let st = self.state();
-        let leased = match st.name_index(queue) {
-            Some(index) => st.leased.values().filter(|h| h.queue == index).count(),
-            None => 0,
-        };
-        let mut counts = QueueCounts {
-            leased: leased as u64,
-            ..QueueCounts::default()
-        };
-        if let Some(q) = st.queues.get(queue) {
-            let due = q.delayed.keys().filter(|k| k.0 <= now).count() as u64;
-            counts.pending = q.ready_len as u64 + due;
-            counts.scheduled = q.delayed.len() as u64 - due;
-            counts.dead = q.dead.len() as u64;
-        }
-        Ok(counts)
+        Ok(admin::counts_of(&self.state(), queue, now))
     }
 
     async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
@@ -374,6 +338,32 @@ impl Broker for MemoryBroker {
             }
         }
         Ok(gone)
+    }
+
+    async fn list_jobs(&self, query: &JobQuery) -> Result<JobPage> {
+        query.validate()?;
+        Ok(self.list(query))
+    }
+
+    async fn retry_dead(&self, which: &Selection) -> Result<u64> {
+        Ok(self.redrive(which, true))
+    }
+
+    async fn discard_dead(&self, which: &Selection) -> Result<u64> {
+        Ok(self.redrive(which, false))
+    }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
+        crate::job::validate_queue_name(queue)?;
+        Ok(self.pause(queue, paused))
+    }
+
+    async fn queues(&self) -> Result<Vec<String>> {
+        Ok(self.queue_names())
+    }
+
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
+        Ok(self.stats(queue))
     }
 
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {

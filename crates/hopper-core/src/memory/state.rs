@@ -1,10 +1,11 @@
 //! The broker's state behind its lock: queues, held jobs and their leases, and the jobs
 //! kept for inspection.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::queue::MemQueue;
+use crate::admin::{AttemptError, ERROR_HISTORY, bounded_error};
 use crate::broker::{JobRecord, JobState};
 use crate::job::{IdMap, Job, JobCopy, JobId, LeaseId, Millis};
 
@@ -19,7 +20,10 @@ pub(super) struct State {
     pub(super) leases: IdMap<LeaseId, Lease>,
     /// Dead and cancelled jobs, kept for inspection.
     pub(super) finished: IdMap<JobId, JobRecord>,
-    pub(super) last_errors: IdMap<JobId, String>,
+    /// The errors of each job's failed attempts, latest last, while it has any.
+    pub(super) errors: IdMap<JobId, Vec<AttemptError>>,
+    /// Queues that hand out nothing until resumed.
+    pub(super) paused: BTreeSet<String>,
     pub(super) next_reap: Millis,
 }
 
@@ -135,16 +139,52 @@ impl State {
         }
     }
 
-    pub(super) fn dead_letter(&mut self, job: Job, error: String, _now: Millis) {
-        self.last_errors.insert(job.id, error.clone());
-        self.queue(&job.queue).dead.push(job.id);
-        self.finished.insert(
-            job.id,
-            JobRecord {
-                job,
-                state: JobState::Dead,
-                last_error: Some(error),
-            },
-        );
+    /// Adds the error of `job`'s current attempt to its history.
+    pub(super) fn record_error(&mut self, job: &Job, error: &str, now: Millis) {
+        let history = self.errors.entry(job.id).or_default();
+        if history.len() >= ERROR_HISTORY {
+            history.remove(0);
+        }
+        history.push(AttemptError {
+            attempt: job.attempt,
+            at: now,
+            error: bounded_error(error).to_owned(),
+        });
+    }
+
+    /// A record of `job` in `state`, with its error history.
+    pub(super) fn record(
+        &self,
+        job: Job,
+        state: JobState,
+        finished_at: Option<Millis>,
+    ) -> JobRecord {
+        let errors = self.errors.get(&job.id).cloned().unwrap_or_default();
+        JobRecord {
+            job,
+            state,
+            last_error: errors.last().map(|e| e.error.clone()),
+            errors,
+            started_at: None,
+            finished_at,
+        }
+    }
+
+    /// Keeps `job` as finished in `state` (dead or cancelled), for inspection.
+    pub(super) fn finish(&mut self, job: Job, state: JobState, now: Millis) {
+        if state == JobState::Dead {
+            self.queue(&job.queue).dead.push(job.id);
+        }
+        let id = job.id;
+        let record = self.record(job, state, Some(now));
+        if state == JobState::Cancelled {
+            self.errors.remove(&id);
+        }
+        self.finished.insert(id, record);
+    }
+
+    pub(super) fn dead_letter(&mut self, job: Job, error: String, now: Millis) {
+        self.record_error(&job, &error, now);
+        self.finish(job, JobState::Dead, now);
     }
 }

@@ -68,5 +68,8 @@ pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> 
         job: read_job(row, lease, false)?,
         state,
         last_error: row.try_get(11)?,
+        errors: Vec::new(),
+        started_at: None,
+        finished_at: None,
     })
 }

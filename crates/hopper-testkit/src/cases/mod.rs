@@ -11,14 +11,20 @@
 //! - `fetch`: order, delays, limits, budgets, one lease per fetch, concurrent claimers;
 //! - `leases`: renewal, expiry and fencing, expiry on the last attempt;
 //! - `settle`: retries, dead letters, releases, payloads, per-job settlement;
-//! - `inspect`: cancelling and purging.
+//! - `inspect`: cancelling and purging;
+//! - `admin`: listings by cursor, error histories, re-drives, pauses, statistics.
 
+mod admin;
 mod enqueue;
 mod fetch;
 mod inspect;
 mod leases;
 mod settle;
 
+pub use admin::{
+    dead_letters_retried_and_discarded, error_history_per_attempt, listing_pages_by_cursor,
+    pause_and_resume, queue_stats_and_names,
+};
 pub use enqueue::{
     bad_queue_name, enqueue_one_and_many, values_at_the_edges, values_out_of_range,
     wake_signal_on_new_work,
