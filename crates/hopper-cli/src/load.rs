@@ -63,6 +63,10 @@ pub struct LoadArgs {
     /// Worker runtimes, each with its own broker connection.
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// Record the worker's metrics (kept, not served) and its job and fetch spans (at
+    /// `info`, through the log subscriber), to measure what instrumentation costs.
+    #[arg(long)]
+    pub instrument: bool,
     /// Use a batch handler taking batches of this size.
     #[arg(long)]
     batch: Option<usize>,
@@ -255,6 +259,7 @@ async fn refuse_unless_empty(broker: &Arc<dyn Broker>, queue: &str) -> Result<()
 /// Runs the load and prints the report; exit 1 when a job was lost.
 pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     validate(&args)?;
+    let _recorder = args.instrument.then(crate::metrics::record).transpose()?;
     let producer = hopper::connect(url).await?;
     let tally = Arc::new(Tally::new(args.jobs));
     // Every worker's settings are checked before anything is enqueued or purged.

@@ -5,19 +5,27 @@
 //!   flags; the harness is the `hopper-bench` crate.
 //! - `demo`: the prefetch demonstration (`hopper demo`).
 //! - `enqueue`: jobs from the command line or standard input (`hopper enqueue`).
-//! - `inspect`: one job's record (`hopper jobs show`), a queue purged (`hopper queue purge`).
+//! - `jobs`: a page of a queue's jobs, one job's record (`hopper jobs list|show`).
+//! - `dead`: dead letters retried or discarded (`hopper dead retry|discard`).
+//! - `queue`: a queue paused, resumed or purged (`hopper queue pause|resume|purge`).
+//! - `stats`: every queue's counts, lag and pause (`hopper stats [--watch]`).
 //! - `load`: enqueue a backlog and drain it, printing throughput and latency (`hopper load`).
+//! - `metrics`: the Prometheus exporter of `hopper work --metrics` and `load --instrument`.
 //! - `migrate`: bring a SQL broker's schema up to date (`hopper migrate`).
-//! - `report`: small formatting helpers shared by the commands.
+//! - `report`: tables, times, payloads and progress bars shared by the commands.
 //! - `work`: a worker that runs a command per job, for any language (`hopper work`).
 
 mod bench;
+mod dead;
 mod demo;
 mod enqueue;
-mod inspect;
+mod jobs;
 mod load;
+mod metrics;
 mod migrate;
+mod queue;
 mod report;
+mod stats;
 mod steady;
 mod work;
 
@@ -32,7 +40,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "hopper",
     version,
-    about = "Background jobs and messages: enqueue, work, inspect and purge jobs; demonstrate, load-test, benchmark and migrate brokers",
+    about = "Background jobs and messages: enqueue and work jobs; list, retry and discard them; pause, resume and purge queues; demonstrate, load-test, benchmark and migrate brokers",
     after_help = "Exit codes: 0 done; 1 the operation failed (a broker error, a lost job, a \
                   failed check); 2 bad usage (an unknown command or flag, a value refused).\n\
                   Logs go to standard error: RUST_LOG sets what is logged (default `warn`; \
@@ -67,15 +75,22 @@ enum Command {
     Demo,
     /// Enqueue jobs: one from the arguments, or one per line of JSON on standard input.
     Enqueue(enqueue::EnqueueArgs),
-    /// Inspect jobs.
+    /// Every queue's jobs by state, lag and pause, once or redrawn (`--watch`).
+    Stats(stats::StatsArgs),
+    /// List a queue's jobs by state, or show one job with the error of each attempt.
     Jobs {
         #[command(subcommand)]
-        command: inspect::JobsCommand,
+        command: jobs::JobsCommand,
     },
-    /// Act on a queue.
+    /// Retry or discard dead letters.
+    Dead {
+        #[command(subcommand)]
+        command: dead::DeadCommand,
+    },
+    /// Pause, resume or purge a queue.
     Queue {
         #[command(subcommand)]
-        command: inspect::QueueCommand,
+        command: queue::QueueCommand,
     },
     /// Work queues by running a command per job (payload on its standard input).
     Work(work::WorkArgs),
@@ -99,10 +114,15 @@ fn own_queues(url: &str) -> String {
 
 /// Logs to standard error, filtered by `RUST_LOG` (default `warn`), in `format`; colour
 /// codes only when standard error is a terminal, so none reach a pipe or a file.
-fn init_logs(format: LogFormat) {
+fn init_logs(format: LogFormat, spans: bool) {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    if spans {
+        for directive in ["hopper::job=info", "hopper::fetch=info"] {
+            filter = filter.add_directive(directive.parse().expect("a valid directive"));
+        }
+    }
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -114,7 +134,8 @@ fn init_logs(format: LogFormat) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logs(cli.log_format);
+    let spans = matches!(&cli.command, Command::Load(args) if args.instrument);
+    init_logs(cli.log_format, spans);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -129,8 +150,10 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Demo => demo::run(&own_queues(&cli.broker)).await,
             Command::Enqueue(args) => enqueue::run(&cli.broker, args).await,
-            Command::Jobs { command } => inspect::jobs(&cli.broker, command).await,
-            Command::Queue { command } => inspect::queue(&cli.broker, command).await,
+            Command::Stats(args) => stats::run(&cli.broker, args).await,
+            Command::Jobs { command } => jobs::run(&cli.broker, command).await,
+            Command::Dead { command } => dead::run(&cli.broker, command).await,
+            Command::Queue { command } => queue::run(&cli.broker, command).await,
             Command::Work(args) => work::run(&cli.broker, args).await,
             Command::Load(args) => load::run(&own_queues(&cli.broker), args).await,
             Command::Bench(args) => bench::run(args).await,

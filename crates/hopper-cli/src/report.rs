@@ -1,4 +1,55 @@
-//! Formatting shared by the commands.
+//! Formatting shared by the commands: tables, times, payloads, progress bars.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use comfy_table::Table;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// A table with these column headers, in plain characters (no colour codes).
+pub fn table<const N: usize>(headers: [&str; N]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(comfy_table::presets::UTF8_HORIZONTAL_ONLY)
+        .set_header(headers);
+    t
+}
+
+/// A time in ms since the epoch, as RFC 3339 (milliseconds).
+pub fn time(ms: hopper::broker::Millis) -> String {
+    humantime::format_rfc3339_millis(hopper::broker::from_millis(ms)).to_string()
+}
+
+/// A duration rounded to what a person reads at a glance: `850ms`, `12s`, `3m 4s`.
+pub fn span(d: Duration) -> String {
+    let rounded = if d < Duration::from_secs(1) {
+        Duration::from_millis(d.as_millis() as u64)
+    } else {
+        Duration::from_secs(d.as_secs())
+    };
+    humantime::format_duration(rounded).to_string()
+}
+
+/// The payload as text when it is UTF-8, else as hex bytes.
+pub fn payload_text(payload: &[u8]) -> String {
+    match std::str::from_utf8(payload) {
+        Ok(text) => text.to_owned(),
+        Err(_) => payload.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+/// A progress bar of `len` steps on standard error when it is a terminal; hidden when it
+/// is piped, so nothing but the command's output reaches a pipe.
+pub fn progress(len: u64, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    let template = format!("  {{bar:40}} {{pos}}/{{len}} {what}");
+    bar.set_style(
+        ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
 
 /// Run-length form of a size list, for runs of three or more: `1 1 16 16 16 10` →
 /// `1 1 16 ×3 10`.

@@ -48,6 +48,13 @@ pub struct WorkArgs {
     /// At SIGTERM or SIGINT, how long running commands may finish before they are killed.
     #[arg(long, default_value = "30s")]
     grace: humantime::Duration,
+    /// Serve metrics as Prometheus text at this address (`127.0.0.1:9464`): job counters,
+    /// durations, fetch sizes, and each queue's depth and lag read every `--sample-every`.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+    /// How often `--metrics` reads the queues' depth and lag from the broker.
+    #[arg(long, default_value = "5s")]
+    sample_every: humantime::Duration,
 }
 
 /// Kills a command's process group when dropped before the command was waited for: a
@@ -82,7 +89,18 @@ pub async fn run(url: &str, args: WorkArgs) -> Result<ExitCode> {
     if let Some(t) = args.timeout {
         options = options.timeout(t.into());
     }
+    if let Some(addr) = args.metrics {
+        crate::metrics::serve(addr)?;
+    }
     let broker = hopper::connect(url).await?;
+    let sampler = args.metrics.map(|_| {
+        let every = args.sample_every.into();
+        tokio::spawn(hopper::sample_queue_metrics(
+            broker.clone(),
+            args.queues.clone(),
+            every,
+        ))
+    });
     let mut builder = Worker::builder(broker).grace(args.grace.into());
     for queue in &args.queues {
         let command = command.clone();
@@ -110,6 +128,9 @@ pub async fn run(url: &str, args: WorkArgs) -> Result<ExitCode> {
         _ = tokio::signal::ctrl_c() => {}
     }
     let stats = worker.shutdown().await;
+    if let Some(sampler) = sampler {
+        sampler.abort();
+    }
     eprintln!(
         "hopper work: stopped: {} done, {} retried, {} dead, {} handed back",
         stats.completed, stats.retried, stats.dead, stats.released

@@ -44,5 +44,5 @@ pub use retry::RetryPolicy;
 pub use url::{BrokerUrl, redact_url};
 pub use worker::{
     JobContext, JobError, JobResult, QueueOptions, QueueStats, Worker, WorkerBuilder, WorkerCounts,
-    WorkerStats,
+    WorkerStats, sample_queue_metrics,
 };

@@ -8,6 +8,7 @@ mod core {
     mod enqueue;
     mod fetching;
     mod inline;
+    mod metrics;
     mod pushed;
     mod renewal;
     mod safety;

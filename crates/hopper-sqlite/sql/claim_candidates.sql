@@ -5,4 +5,4 @@ SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, cre
 FROM hopper_jobs INDEXED BY hopper_jobs_ready
 WHERE state = 0 AND queue = ?1 AND priority = ?2 AND run_at <= ?3
 ORDER BY run_at, id
-LIMIT ?4
+LIMIT CASE WHEN EXISTS (SELECT 1 FROM hopper_paused WHERE queue = ?1) THEN 0 ELSE ?4 END

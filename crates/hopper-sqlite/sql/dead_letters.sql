@@ -1,6 +1,6 @@
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at, lease_id,
-       state, last_error
+       state, last_error, errors, finished_at
 FROM hopper_jobs
-WHERE state = 3 AND queue = ?1
+WHERE state >= 2 AND state = 3 AND queue = ?1
 ORDER BY finished_at, id
 LIMIT ?2

@@ -7,13 +7,15 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection};
 use hopper_core::clock::Pace;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched, JobId,
-    JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
+    AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched,
+    JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
 };
 use tokio::sync::watch;
 
+use crate::admin::{self, Redrive};
 use crate::options::SqliteOptions;
 use crate::queries;
 use crate::watch::{FileWatch, watch_file};
@@ -52,11 +54,12 @@ struct Inner {
     clock: Clock,
     limits: hopper_core::Limits,
     path: PathBuf,
-    /// Bumped after committed work that a worker could take (enqueue, retry, release), so
-    /// an idle worker in this process wakes at once rather than at its next poll. Shared by
-    /// every broker of this process open on the same file (see [`wake_for`]), so a job
-    /// enqueued through one wakes a worker on another; commits by other processes bump it
-    /// through the file watch.
+    /// Bumped after committed work that a worker could take (an enqueue, a retry or a
+    /// release, a re-driven dead letter, a resumed queue), so an idle worker in this
+    /// process wakes at once rather than at its next poll. Shared by every broker of this
+    /// process open on the same file (see [`wake_for`]), so a job enqueued through one
+    /// wakes a worker on another; commits by other processes bump it through the file
+    /// watch.
     wake: Arc<watch::Sender<u64>>,
     /// Taking expired leases back, at most once a [`REAP_EVERY_MS`].
     reap_pace: Pace,
@@ -166,7 +169,7 @@ fn millis(d: Duration) -> Millis {
 #[async_trait]
 impl Broker for SqliteBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leased_sql("sqlite")
+        Capabilities::leased_sql("sqlite").with_admin(AdminCalls::RECORDS)
     }
 
     fn limits(&self) -> hopper_core::Limits {
@@ -289,7 +292,88 @@ impl Broker for SqliteBroker {
             .await
     }
 
+    async fn list_jobs(&self, query: &JobQuery) -> Result<JobPage> {
+        query.validate()?;
+        let now = self.now();
+        let query = query.clone();
+        self.inner
+            .writer
+            .call("listing jobs", false, move |conn| {
+                admin::list(conn, &query, now)
+            })
+            .await
+    }
+
+    async fn retry_dead(&self, which: &Selection) -> Result<u64> {
+        self.redrive(which, Redrive::Retry).await
+    }
+
+    async fn discard_dead(&self, which: &Selection) -> Result<u64> {
+        self.redrive(which, Redrive::Discard).await
+    }
+
+    /// Every claim of the file's brokers skips a paused queue, in this process or another.
+    /// A resume wakes this process's idle workers at once; another's find the queue at
+    /// their next poll, or sooner through their watch on the file.
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
+        let now = self.now();
+        let queue = queue.to_owned();
+        let changed = self
+            .inner
+            .writer
+            .call("pausing a queue", true, move |conn| {
+                admin::pause(conn, &queue, paused, now)
+            })
+            .await?;
+        if changed && !paused {
+            self.wake();
+        }
+        Ok(changed)
+    }
+
+    async fn queues(&self) -> Result<Vec<String>> {
+        self.inner
+            .writer
+            .call("listing queues", false, admin::queue_names)
+            .await
+    }
+
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
+        let now = self.now();
+        let queue = queue.to_owned();
+        self.inner
+            .writer
+            .call("reading queue statistics", false, move |conn| {
+                admin::stats(conn, &queue, now)
+            })
+            .await
+    }
+
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
         Some(self.inner.wake.subscribe())
+    }
+}
+
+impl SqliteBroker {
+    /// Retries or discards dead letters; a retry that put any back wakes idle workers, as
+    /// an enqueue does.
+    async fn redrive(&self, which: &Selection, how: Redrive) -> Result<u64> {
+        let now = self.now();
+        let which = which.clone();
+        let what = match how {
+            Redrive::Retry => "retrying dead letters",
+            Redrive::Discard => "discarding dead letters",
+        };
+        let changed = self
+            .inner
+            .writer
+            .call(what, true, move |conn| {
+                admin::redrive(conn, &which, how, now)
+            })
+            .await?;
+        if how == Redrive::Retry && changed > 0 {
+            self.wake();
+        }
+        Ok(changed)
     }
 }

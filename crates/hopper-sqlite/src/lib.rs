@@ -12,12 +12,14 @@
 //!   which reads the clock and sends commands.
 //! - [`options`]: [`SqliteOptions`], how the file is opened.
 //! - `writer`: the database thread and group commit.
-//! - `queries`: each operation as it runs on that thread.
+//! - `queries`: each operation as it runs on that thread; `admin`, the operator calls
+//!   (listings, re-drives, pauses, statistics).
 //! - `schema`: connection settings and versioned migrations (`migrations/*.sql`, recorded in
 //!   `PRAGMA user_version`).
 //! - `sql`: every statement, one per file under `sql/`.
 //! - `watch`: wake-ups for commits by other processes, from a watch on the file.
 
+mod admin;
 pub mod broker;
 pub mod options;
 mod queries;

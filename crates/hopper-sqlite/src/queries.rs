@@ -5,6 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashSet};
 
+use hopper_core::admin::{AttemptError, ERROR_HISTORY, bounded_error};
 use hopper_core::job::{headers_for_record, headers_from_json, unreadable_row};
 use hopper_core::{
     Budget, CancelOutcome, Job, JobId, JobRecord, JobState, LeaseId, Millis, NewJob, Outcome,
@@ -20,9 +21,12 @@ const LEASE_EXPIRED_ON_FINAL_ATTEMPT: &str = "lease expired on the final attempt
 
 const PENDING: i64 = 0;
 const LEASED: i64 = 1;
-const COMPLETED: i64 = 2;
-const DEAD: i64 = 3;
-const CANCELLED: i64 = 4;
+pub(crate) const COMPLETED: i64 = 2;
+pub(crate) const DEAD: i64 = 3;
+pub(crate) const CANCELLED: i64 = 4;
+
+/// The entries a job's error history keeps, as the statements that append to it bind it.
+const HISTORY: i64 = ERROR_HISTORY as i64;
 
 /// Inserts the jobs in order and returns their ids.
 pub(crate) fn enqueue(
@@ -123,25 +127,36 @@ pub(crate) fn fetch(
     if !short.is_empty() {
         let mut due = conn.prepare_cached(sql::NEXT_DUE)?;
         for queue in short {
-            let mut above = i64::MAX;
-            while let Some(level) = level_below(&mut next_level, queue, above)? {
-                above = level;
-                let at: Option<Millis> = due
-                    .query_row(params![queue, level, now], |row| row.get(0))
-                    .optional()?;
-                next_due = match (next_due, at) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-            }
+            let at = earliest_by_level(&mut next_level, &mut due, queue, now)?;
+            next_due = next_due.into_iter().chain(at).min();
         }
     }
     Ok(Claimed { jobs, next_due })
 }
 
+/// The smallest `run_at` that `per_level` (a statement taking queue, priority and now)
+/// finds among `queue`'s priority levels, walked one level at a time as claims read them.
+pub(crate) fn earliest_by_level(
+    next_level: &mut rusqlite::CachedStatement<'_>,
+    per_level: &mut rusqlite::CachedStatement<'_>,
+    queue: &str,
+    now: Millis,
+) -> rusqlite::Result<Option<Millis>> {
+    let mut earliest: Option<Millis> = None;
+    let mut above = i64::MAX;
+    while let Some(level) = level_below(next_level, queue, above)? {
+        above = level;
+        let at: Option<Millis> = per_level
+            .query_row(params![queue, level, now], |row| row.get(0))
+            .optional()?;
+        earliest = earliest.into_iter().chain(at).min();
+    }
+    Ok(earliest)
+}
+
 /// The highest priority below `above` among `queue`'s pending jobs (`NEXT_LEVEL`): one
 /// step of the walk over a queue's priority levels, highest first.
-fn level_below(
+pub(crate) fn level_below(
     next_level: &mut rusqlite::CachedStatement<'_>,
     queue: &str,
     above: i64,
@@ -155,7 +170,7 @@ fn level_below(
 /// their last attempt.
 fn reap(conn: &Connection, now: Millis) -> rusqlite::Result<()> {
     conn.prepare_cached(sql::REAP_FINAL_ATTEMPTS)?
-        .execute(params![now, LEASE_EXPIRED_ON_FINAL_ATTEMPT])?;
+        .execute(params![now, LEASE_EXPIRED_ON_FINAL_ATTEMPT, HISTORY])?;
     conn.prepare_cached(sql::REAP_EXPIRED_LEASES)?
         .execute(params![now])?;
     Ok(())
@@ -181,12 +196,26 @@ pub(crate) fn settle(
             Outcome::Retry { delay, error } => {
                 let delay = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
                 let run_at = now.saturating_add(delay);
-                conn.prepare_cached(sql::SETTLE_RETRY)?
-                    .execute(params![id, lease, run_at, error])?
+                conn.prepare_cached(sql::SETTLE_RETRY)?.execute(params![
+                    id,
+                    lease,
+                    run_at,
+                    error,
+                    now,
+                    bounded_error(error),
+                    HISTORY
+                ])?
             }
             Outcome::DeadLetter { error } => conn
                 .prepare_cached(sql::SETTLE_DEAD_LETTER)?
-                .execute(params![id, lease, error, now])?,
+                .execute(params![
+                    id,
+                    lease,
+                    error,
+                    now,
+                    bounded_error(error),
+                    HISTORY
+                ])?,
             Outcome::Release => conn
                 .prepare_cached(sql::SETTLE_RELEASE)?
                 .execute(params![id, lease])?,
@@ -379,8 +408,9 @@ fn candidate_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Job, Unreadable>
     }
 }
 
-/// Reads a job's columns (see [`job_from_row`]) followed by `state, last_error`.
-fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
+/// Reads a job's columns (see [`job_from_row`]) followed by `state, last_error, errors,
+/// finished_at`.
+pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let state = match row.get::<_, i64>(10)? {
         PENDING => JobState::Pending,
         LEASED => JobState::Leased,
@@ -399,14 +429,38 @@ fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
     if state != JobState::Leased {
         job.lease = LeaseId(0);
     }
+    let errors: Option<String> = row.get(12)?;
     Ok(JobRecord {
         job,
         state,
         last_error: row.get(11)?,
-        errors: Vec::new(),
+        errors: errors_for_record(errors.as_deref()),
+        // The table keeps no start time: a claim would pay for writing one.
         started_at: None,
-        finished_at: None,
+        finished_at: row.get(13)?,
     })
+}
+
+/// The stored error history (migration 0004), its latest [`ERROR_HISTORY`] entries. A
+/// text another program wrote that is not an array of such entries leaves out what
+/// cannot be read, down to the whole history, rather than make the row unreadable: the
+/// record must still list, as [`headers_for_record`] does for headers.
+fn errors_for_record(text: Option<&str>) -> Vec<AttemptError> {
+    let Some(Ok(serde_json::Value::Array(entries))) = text.map(serde_json::from_str) else {
+        return Vec::new();
+    };
+    let skip = entries.len().saturating_sub(ERROR_HISTORY);
+    entries
+        .iter()
+        .skip(skip)
+        .filter_map(|entry| {
+            Some(AttemptError {
+                attempt: u32::try_from(entry.get("attempt")?.as_u64()?).ok()?,
+                at: entry.get("at")?.as_i64()?,
+                error: entry.get("error")?.as_str()?.to_owned(),
+            })
+        })
+        .collect()
 }
 
 fn decode_headers(text: Option<String>) -> rusqlite::Result<BTreeMap<String, String>> {

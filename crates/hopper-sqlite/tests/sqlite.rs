@@ -1,11 +1,16 @@
 //! hopper-sqlite's tests: the shared broker suite with each case on a file of its own, then
 //! what only a file can show: jobs surviving a reopen, two brokers sharing one file, group
-//! commit isolating a failing command, and refusals at open.
+//! commit isolating a failing command, refusals at open, migrations of older files, and a
+//! pause made through one broker stopping the workers of another.
 
 mod sqlite {
+    mod admin_migration;
     mod durability;
     mod group_commit;
+    mod history;
+    mod listing;
     mod open;
+    mod pausing;
     mod ranges;
     mod sharing;
     mod suite;

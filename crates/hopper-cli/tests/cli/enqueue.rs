@@ -1,31 +1,14 @@
 //! `hopper enqueue` on SQLite: one job from the arguments with every option, a bulk of
 //! JSON lines from standard input, and bad input refused by name with nothing stored.
-
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use hopper::{JobId, JobState};
 
-use crate::support::{hopper, sqlite_url};
+use crate::support::{hopper, hopper_fed, sqlite_url};
 
 /// Runs `hopper enqueue` with `args` and `stdin`; exit code, stdout, stderr.
 fn enqueue(url: &str, args: &[&str], stdin: &str) -> (Option<i32>, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
-        .args(["--broker", url, "enqueue"])
-        .args(args)
-        .env_remove("HOPPER_BROKER")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut all = vec!["--broker", url, "enqueue"];
+    all.extend_from_slice(args);
+    let out = hopper_fed(&all, stdin);
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     (out.status.code(), text(&out.stdout), text(&out.stderr))
 }

@@ -6,6 +6,8 @@ mod demo;
 mod enqueue;
 mod errors;
 mod load;
+mod metrics;
+mod operate;
 mod servers;
 mod support;
 mod work;

@@ -1,7 +1,7 @@
 //! Running the `hopper` binary and reading what it prints.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Runs the `hopper` binary with `args`, `HOPPER_BROKER` unset, to its end.
@@ -11,6 +11,23 @@ pub fn hopper(args: &[&str]) -> Output {
         .env_remove("HOPPER_BROKER")
         .output()
         .expect("the hopper binary runs")
+}
+
+/// Runs the `hopper` binary with `args` and `input` on its standard input (written from a
+/// thread, so a command that stops reading cannot block the test), `HOPPER_BROKER` unset.
+pub fn hopper_fed(args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
+        .args(args)
+        .env_remove("HOPPER_BROKER")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the hopper binary runs");
+    let mut pipe = child.stdin.take().expect("stdin is piped");
+    let input = input.to_owned();
+    std::thread::spawn(move || std::io::Write::write_all(&mut pipe, input.as_bytes()));
+    child.wait_with_output().expect("hopper runs to its end")
 }
 
 /// Runs `hopper` with `args`, which must fail; what it printed on stderr.

@@ -16,8 +16,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::future::Either;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::expired::Expired;
 use super::handler::{
@@ -277,11 +279,11 @@ pub(crate) enum QueueHandler {
 
 pub(crate) struct PoolContext {
     pub(crate) handlers: Vec<QueueHandler>,
+    /// Per queue: whether every job is timed (`Done::took`) even in a hand-off of several:
+    /// the Auto rule needs it; other queues skip a clock read per job.
+    pub(crate) timed: Vec<bool>,
     /// Per queue: how long its one-job handlers hold the thread per poll.
     pub(crate) polls: Vec<PollGauge>,
-    /// Per queue: whether each job is timed (`Done::took`); only the Auto rule reads it,
-    /// so other queues skip a clock read per job.
-    pub(crate) timed: Vec<bool>,
     /// Per queue: how long one attempt may run ([`QueueOptions::timeout`]).
     pub(crate) timeouts: Vec<Option<Duration>>,
     /// Leases given up without a word from the broker, when the worker keeps them.
@@ -393,17 +395,26 @@ pub(crate) async fn run_handoff<H: OneHandler>(
     handoff: &Handoff,
     mut since: Instant,
 ) -> Vec<Done> {
-    let timed = ctx.timed[handoff.queue];
     let (jobs, mut done) = handoff.begin();
     // Only a hand-off of one job times its polls: only those can run on the event loop,
     // and a queue whose hand-offs carry several jobs skips two clock reads per poll.
     let gauge = (jobs == 1).then(|| &ctx.polls[handoff.queue]);
+    // A job alone in its hand-off is timed (jobs run alone unless they take microseconds);
+    // the jobs of a hand-off of several are timed only for the Auto rule, and are
+    // otherwise recorded at their hand-off's mean (see `task_done`).
+    let timed = jobs == 1 || ctx.timed[handoff.queue];
+    // Asked once a hand-off: with no subscriber wanting job spans, a job pays nothing.
+    let spans = tracing::enabled!(target: "hopper::job", tracing::Level::INFO);
     while let Some(job) = handoff.start_next() {
         let (id, lease, attempts) = (job.id, job.lease, (job.attempt, job.max_attempts));
+        let span = spans.then(|| process_span(&job));
         let timing = gauge.map(|gauge| (gauge, Instant::now()));
         let outcome = match catch_unwind(AssertUnwindSafe(|| handler.call(job))) {
             Ok(Ok(fut)) => {
-                let fut = pin!(fut);
+                let fut = pin!(match span {
+                    Some(span) => Either::Left(fut.instrument(span)),
+                    None => Either::Right(fut),
+                });
                 let limit = ctx.timeouts[handoff.queue];
                 let leases = [lease];
                 let watch = ctx.expired.as_deref().map(|e| (e, &leases[..]));
@@ -443,6 +454,24 @@ pub(crate) async fn run_handoff<H: OneHandler>(
         });
     }
     done
+}
+
+/// A job's span, named as OpenTelemetry's messaging conventions name a consumer's
+/// processing (`process QUEUE`), so `tracing-opentelemetry` exports it as such. Its fields
+/// are formatted only when a subscriber enables it (level `info`, target `hopper::job`).
+fn process_span(job: &Job) -> tracing::Span {
+    tracing::info_span!(
+        target: "hopper::job",
+        "process",
+        "otel.name" = %format_args!("process {}", job.queue),
+        "otel.kind" = "consumer",
+        "messaging.system" = "hopper",
+        "messaging.operation.type" = "process",
+        "messaging.destination.name" = %job.queue,
+        "messaging.message.id" = %job.id,
+        "hopper.attempt" = job.attempt,
+        "hopper.lease" = %job.lease,
+    )
 }
 
 async fn run_batch(ctx: &PoolContext, queue: usize, jobs: Vec<Job>, since: Instant) -> Vec<Done> {

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched, JobId,
-    JobRecord, LeaseId, QueueCounts, Result, SettleReport, Settlement,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched, JobId, JobPage,
+    JobQuery, JobRecord, LeaseId, QueueCounts, QueueStatus, Result, Selection, SettleReport,
+    Settlement,
 };
 use hopper_sqlite::{SqliteBroker, SqliteOptions};
 use tokio::sync::watch;
@@ -116,6 +117,30 @@ impl Broker for TempBroker {
 
     async fn purge(&self, queue: &str) -> Result<u64> {
         self.broker.purge(queue).await
+    }
+
+    async fn list_jobs(&self, query: &JobQuery) -> Result<JobPage> {
+        self.broker.list_jobs(query).await
+    }
+
+    async fn retry_dead(&self, which: &Selection) -> Result<u64> {
+        self.broker.retry_dead(which).await
+    }
+
+    async fn discard_dead(&self, which: &Selection) -> Result<u64> {
+        self.broker.discard_dead(which).await
+    }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
+        self.broker.set_paused(queue, paused).await
+    }
+
+    async fn queues(&self) -> Result<Vec<String>> {
+        self.broker.queues().await
+    }
+
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
+        self.broker.queue_stats(queue).await
     }
 
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {

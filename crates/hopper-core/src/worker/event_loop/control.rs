@@ -61,7 +61,8 @@ impl EventLoop {
         let Some(job) = found else {
             return false;
         };
-        self.settle_and_count(job.id, job.lease, Outcome::Cancel, st);
+        let qi = self.queue_of(&job.queue);
+        self.settle_and_count(job.id, job.lease, Outcome::Cancel, qi, st);
         true
     }
 

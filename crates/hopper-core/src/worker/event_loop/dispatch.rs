@@ -75,7 +75,9 @@ impl EventLoop {
                             break;
                         }
                         let take = close.min(q.buffer.len());
+                        let wall = self.wall.at(now);
                         let q = &mut self.queues[qi];
+                        q.meters.started(q.buffer.iter().take(take), wall);
                         let jobs: Vec<Job> = q.buffer.drain(..take).collect();
                         q.batch_since = (!q.buffer.is_empty()).then_some(now);
                         push_size(&mut queue_stats(st, &q.name).batch_sizes, take);
@@ -88,6 +90,8 @@ impl EventLoop {
                     }
                     None => {
                         let k = self.handoff_size(q);
+                        let wall = self.wall.at(now);
+                        q.meters.started(q.buffer.iter().take(k), wall);
                         let (mut h, done) = self.tasks.spare();
                         Arc::get_mut(&mut h)
                             .expect("a spare hand-off is not shared")
@@ -164,16 +168,29 @@ impl EventLoop {
         q.busy -= 1;
         q.in_handoffs -= done.len();
         let mut acked = 0;
+        // Jobs of a hand-off of several, untimed, are recorded at its mean.
+        let mean = elapsed / done.len().max(1) as u32;
         for d in done.drain(..) {
             let q = &mut self.queues[qi];
             if let Some(sizer) = q.sizer.as_mut() {
                 sizer.record(d.took);
             }
+            let took = if d.took.is_zero() { mean } else { d.took };
+            q.meters.duration.record(took.as_secs_f64());
             match &d.outcome {
                 Outcome::Ack => acked += 1,
-                Outcome::Retry { .. } => st.retried += 1,
-                Outcome::DeadLetter { .. } => st.dead += 1,
-                Outcome::Release => st.released += 1,
+                Outcome::Retry { .. } => {
+                    st.retried += 1;
+                    q.meters.retried.increment(1);
+                }
+                Outcome::DeadLetter { .. } => {
+                    st.dead += 1;
+                    q.meters.dead.increment(1);
+                }
+                Outcome::Release => {
+                    st.released += 1;
+                    q.meters.released.increment(1);
+                }
                 Outcome::Cancel => st.cancelled += 1,
             }
             self.queue_settlement(d.id, d.lease, d.outcome, Some(qi));
@@ -183,6 +200,7 @@ impl EventLoop {
             self.tasks.keep_spare(h, done);
         }
         if acked > 0 {
+            self.queues[qi].meters.completed.increment(acked);
             st.completed += acked;
             queue_stats(st, &self.queues[qi].name).completed += acked;
         }

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use smallvec::SmallVec;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::dispatch::by_time;
 use super::queue::{QueueState, queue_stats};
@@ -355,7 +356,25 @@ impl EventLoop {
         };
         self.intake.in_flight += 1;
         let broker = self.broker.clone();
-        let mut fetch = Box::pin(async move { broker.fetch(request).await });
+        let span = tracing::info_span!(
+            target: "hopper::fetch",
+            "receive",
+            "otel.name" = "receive",
+            "otel.kind" = "consumer",
+            "messaging.system" = "hopper",
+            "messaging.operation.type" = "receive",
+            "hopper.queues" = ?request.budgets.iter().map(|b| &b.queue).collect::<Vec<_>>(),
+            "hopper.asked" = request.total(),
+            "messaging.batch.message_count" = tracing::field::Empty,
+        );
+        let fetch = async move {
+            let result = broker.fetch(request).await;
+            if let Ok(f) = &result {
+                tracing::Span::current().record("messaging.batch.message_count", f.jobs.len());
+            }
+            result
+        };
+        let mut fetch = Box::pin(fetch.instrument(span));
         if self.intake.mode != Mode::Pulled {
             // An in-process fetch is a few map operations under a lock and returns on its
             // first poll, and so does a pushed broker's, which takes from what the server
@@ -454,11 +473,11 @@ impl EventLoop {
         for job in jobs {
             let Some(qi) = only.or_else(|| self.queue_of(&job.queue)) else {
                 tracing::warn!(queue = %job.queue, id = %job.id, "fetch returned a job of a queue not asked for; releasing it");
-                self.settle_and_count(job.id, job.lease, Outcome::Release, st);
+                self.settle_and_count(job.id, job.lease, Outcome::Release, None, st);
                 continue;
             };
             if self.queues[qi].paused || self.stopping.is_some() {
-                self.settle_and_count(job.id, job.lease, Outcome::Release, st);
+                self.settle_and_count(job.id, job.lease, Outcome::Release, Some(qi), st);
                 continue;
             }
             self.queues[qi].take_in(job, now);
@@ -473,6 +492,8 @@ impl EventLoop {
                 continue;
             }
             let held = q.buffer.len() + q.in_handoffs;
+            q.meters.fetched.increment(got as u64);
+            q.meters.fetch_size.record(got as f64);
             let qs = queue_stats(st, &q.name);
             push_size(&mut qs.fetch_sizes, got);
             qs.peak_held = qs.peak_held.max(held);

@@ -135,6 +135,8 @@ impl EventLoop {
             std::mem::replace(&mut self.leases.renewing, (Instant::now(), Vec::new()));
         match result {
             Ok(lost) => {
+                let kept = renewing.len().saturating_sub(lost.len());
+                self.meters.renewals.increment(kept as u64);
                 for lease in renewing.iter().filter(|l| !lost.contains(l)) {
                     if let Some(at) = self.leases.confirmed.get_mut(lease) {
                         *at = (*at).max(sent);
@@ -146,6 +148,7 @@ impl EventLoop {
                     // nothing under it any more.
                     if self.leases.held.contains_key(&lease) {
                         st.leases_lost += 1;
+                        self.meters.leases_lost.increment(1);
                         self.lease_lost(lease);
                     }
                 }
@@ -171,6 +174,7 @@ impl EventLoop {
                  its running jobs and dropping the ones not started"
             );
             st.leases_lost += 1;
+            self.meters.leases_lost.increment(1);
             expired.expire(lease);
             self.lease_lost(lease);
         }

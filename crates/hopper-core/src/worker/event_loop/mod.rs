@@ -52,6 +52,7 @@ use super::{QueueSpec, WorkerConfig};
 use crate::broker::{Broker, Fetched, SettleReport, Settlement};
 use crate::error::Result;
 use crate::job::{JobId, LeaseId};
+use crate::worker::metrics::{WallClock, WorkerMeters};
 
 /// How long the loop sleeps at most when nothing is due.
 const IDLE_HORIZON: Duration = Duration::from_secs(3600);
@@ -103,6 +104,8 @@ pub(crate) struct EventLoop {
     settler: Settler,
     leases: Leases,
     stopping: Option<Stopping>,
+    meters: WorkerMeters,
+    wall: WallClock,
     /// Something this pass did (a fetch taken in at once) calls for another pass before
     /// the loop waits.
     step_again: bool,
@@ -131,7 +134,7 @@ impl EventLoop {
         for (i, spec) in specs.into_iter().enumerate() {
             by_name.insert(spec.name.clone(), i);
             handlers.push(spec.handler);
-            queues.push(QueueState::new(spec.name, spec.options));
+            queues.push(QueueState::new(spec.name, spec.options, caps.name));
         }
         {
             let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
@@ -152,8 +155,8 @@ impl EventLoop {
             !caps.in_process,
         );
         let ctx = Arc::new(PoolContext {
-            timed: queues.iter().map(|q| q.sizer.is_some()).collect(),
             timeouts: queues.iter().map(|q| q.opts.timeout).collect(),
+            timed: queues.iter().map(|q| q.sizer.is_some()).collect(),
             expired: leases.expired.clone(),
             polls: queues.iter().map(|_| Default::default()).collect(),
             handlers,
@@ -175,6 +178,8 @@ impl EventLoop {
             rx,
             stats,
             stopping: None,
+            meters: WorkerMeters::new(caps.name),
+            wall: WallClock::new(),
             step_again: false,
         }
     }

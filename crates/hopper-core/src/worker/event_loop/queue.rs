@@ -8,10 +8,13 @@ use tokio::time::Instant;
 use crate::job::Job;
 use crate::prefetch::{AutoSizer, Prefetch};
 use crate::worker::QueueOptions;
+use crate::worker::metrics::QueueMeters;
 use crate::worker::stats::{QueueStats, WorkerStats};
 
 pub(super) struct QueueState {
     pub(super) name: String,
+    /// This queue's metric handles.
+    pub(super) meters: QueueMeters,
     pub(super) opts: QueueOptions,
     pub(super) buffer: VecDeque<Job>,
     /// Pool tasks working on this queue.
@@ -54,8 +57,9 @@ pub(super) struct QueueState {
 }
 
 impl QueueState {
-    pub(super) fn new(name: String, opts: QueueOptions) -> Self {
+    pub(super) fn new(name: String, opts: QueueOptions, broker: &'static str) -> Self {
         QueueState {
+            meters: QueueMeters::new(&name, broker),
             sizer: (opts.prefetch == Some(Prefetch::Auto)).then(AutoSizer::default),
             name,
             opts,

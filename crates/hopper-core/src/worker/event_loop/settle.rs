@@ -130,6 +130,7 @@ impl EventLoop {
                     s.queues = queues;
                 }
                 if !report.fenced.is_empty() {
+                    self.meters.fenced.increment(report.fenced.len() as u64);
                     tracing::debug!(
                         fenced = report.fenced.len(),
                         "settlements ignored: their leases had expired"
@@ -181,14 +182,24 @@ impl EventLoop {
         id: JobId,
         lease: LeaseId,
         outcome: Outcome,
+        queue: Option<usize>,
         st: &mut WorkerStats,
     ) {
+        let meters = queue.map(|qi| &self.queues[qi].meters);
         match outcome {
             Outcome::Release => st.released += 1,
             Outcome::Cancel => st.cancelled += 1,
             Outcome::Retry { .. } => st.retried += 1,
             Outcome::DeadLetter { .. } => st.dead += 1,
             Outcome::Ack => {}
+        }
+        if let Some(m) = meters {
+            match outcome {
+                Outcome::Release => m.released.increment(1),
+                Outcome::Retry { .. } => m.retried.increment(1),
+                Outcome::DeadLetter { .. } => m.dead.increment(1),
+                Outcome::Ack | Outcome::Cancel => {}
+            }
         }
         self.queue_settlement(id, lease, outcome, None);
     }

@@ -128,7 +128,8 @@ impl EventLoop {
     /// Hands back every unstarted job of `qi` (or all queues), without charging an attempt.
     pub(super) fn release_unstarted(&mut self, only: Option<usize>, st: &mut WorkerStats) {
         for job in self.take_unstarted(only) {
-            self.settle_and_count(job.id, job.lease, Outcome::Release, st);
+            let qi = self.queue_of(&job.queue);
+            self.settle_and_count(job.id, job.lease, Outcome::Release, qi, st);
         }
     }
 
@@ -144,14 +145,15 @@ impl EventLoop {
                 TaskWork::Jobs(h) => h.running().into_iter().collect(),
                 TaskWork::Batch { held, .. } => held.clone(),
             };
-            let q = &mut self.queues[work.queue()];
+            let qi = work.queue();
+            let q = &mut self.queues[qi];
             q.busy -= 1;
             q.in_handoffs -= held.len().min(q.in_handoffs);
             for job in held {
                 tracing::warn!(id = %job.id, "grace period over: stopping a handler that did not finish");
                 let error = "stopped at shutdown: the handler was still running when the grace period ended";
                 let outcome = outcome_of(job.attempts, Err(error.to_owned()), &retry);
-                self.settle_and_count(job.id, job.lease, outcome, st);
+                self.settle_and_count(job.id, job.lease, outcome, Some(qi), st);
             }
         }
     }

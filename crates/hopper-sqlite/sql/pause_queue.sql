@@ -1,0 +1,1 @@
+INSERT INTO hopper_paused (queue, paused_at) VALUES (?1, ?2) ON CONFLICT (queue) DO NOTHING

@@ -1,0 +1,1 @@
+SELECT EXISTS (SELECT 1 FROM hopper_paused WHERE queue = ?1)
