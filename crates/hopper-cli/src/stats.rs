@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use hopper::{Broker, QueueStatus, Result, Throughput};
+use hopper::{Broker, ConfigError, QueueStatus, Result, Throughput};
 
 use crate::report::{span, table};
 
@@ -58,7 +58,13 @@ pub async fn run(url: &str, args: StatsArgs) -> Result<ExitCode> {
 
 async fn read(broker: &dyn Broker, only: &[String]) -> Result<Vec<QueueStatus>> {
     let names = match only.is_empty() {
-        true => broker.queues().await?,
+        true => match broker.queues().await {
+            Err(hopper::Error::NotSupported { broker, .. }) => {
+                let why = format!("the queues to show, by name: {broker} cannot list its queues");
+                return Err(ConfigError::new("--queue", "missing", why).into());
+            }
+            names => names?,
+        },
         false => only.to_vec(),
     };
     let mut rows = Vec::with_capacity(names.len());

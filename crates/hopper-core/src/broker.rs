@@ -242,6 +242,16 @@ impl AdminCalls {
         throughput: false,
     };
 
+    /// What a broker that holds messages rather than records can do (RabbitMQ): depths,
+    /// dead letters re-driven or discarded a chunk at a time, pauses; no listings.
+    pub const PUSHED: AdminCalls = AdminCalls {
+        list: false,
+        redrive: true,
+        pause: true,
+        stats: true,
+        throughput: false,
+    };
+
     /// None of them.
     pub const NONE: AdminCalls = AdminCalls {
         list: false,

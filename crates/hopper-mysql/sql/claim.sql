@@ -1,8 +1,15 @@
 -- One budget's candidates, locked, skipping what other claimers hold. FORCE INDEX: a plan
 -- that sorts would read and lock every due job of the queue before applying the LIMIT.
+--
+-- A paused queue yields nothing: the NOT EXISTS names the queue again rather than the row's
+-- column, so the server reads it once, as a constant, before it touches an index (a paused
+-- queue's claim reads no job at all). A locking read does not lock what its subqueries
+-- read, so claims neither take nor skip `hopper_paused` rows: each reads the committed
+-- pauses.
 (SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at
  FROM hopper_jobs FORCE INDEX (hopper_jobs_ready)
  WHERE state = 0 AND queue = ? AND run_at <= COALESCE(?, {now})
+   AND NOT EXISTS (SELECT 1 FROM hopper_paused WHERE queue = ?)
  ORDER BY priority DESC, run_at, id
  LIMIT ?
  FOR UPDATE SKIP LOCKED)

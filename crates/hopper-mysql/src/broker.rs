@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection, lag_since};
 use hopper_core::clock::Pace;
-use hopper_core::job::to_millis;
+use hopper_core::job::{to_millis, validate_queue_name};
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, Error, FetchRequest, Fetched, JobId,
-    JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
+    AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, Error, FetchRequest,
+    Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -43,8 +44,8 @@ struct Inner {
     conns: Connections,
     clock: Option<Clock>,
     limits: hopper_core::Limits,
-    /// Bumped after this broker's own committed enqueues, retries and releases, and by the
-    /// wake poller when another process enqueued.
+    /// Bumped after this broker's own committed enqueues, retries, releases, re-driven dead
+    /// letters and resumed queues, and by the wake poller when another process enqueued.
     wake: watch::Sender<u64>,
     poller: Option<JoinHandle<()>>,
     /// Returning expired leases, at most once a [`REAP_EVERY_MS`] (by this broker's own
@@ -198,7 +199,7 @@ fn merge_budgets(request: &FetchRequest) -> Vec<(&str, usize)> {
 #[async_trait]
 impl Broker for MySqlBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leased_sql("mysql")
+        Capabilities::leased_sql("mysql").with_admin(AdminCalls::RECORDS)
     }
 
     fn limits(&self) -> hopper_core::Limits {
@@ -401,6 +402,76 @@ impl Broker for MySqlBroker {
             Repeat::Unsafe,
             |conn| { queries::purge(conn, queue) }
         )
+    }
+
+    async fn list_jobs(&self, query: &JobQuery) -> Result<JobPage> {
+        query.validate()?;
+        let now = self.now();
+        run!(&self.inner.conns, "listing jobs", Repeat::Safe, |conn| {
+            queries::list(conn, query, now)
+        })
+    }
+
+    async fn retry_dead(&self, which: &Selection) -> Result<u64> {
+        let now = self.now();
+        let done = transaction!(&self.inner.conns, "retrying dead letters", |conn| {
+            queries::redrive(conn, which, true, now)
+        })?;
+        if done > 0 {
+            self.wake();
+        }
+        Ok(done)
+    }
+
+    async fn discard_dead(&self, which: &Selection) -> Result<u64> {
+        transaction!(&self.inner.conns, "discarding dead letters", |conn| {
+            queries::redrive(conn, which, false, None)
+        })
+    }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
+        validate_queue_name(queue)?;
+        let now = self.now();
+        let what = if paused {
+            "pausing a queue"
+        } else {
+            "resuming a queue"
+        };
+        let changed = run!(&self.inner.conns, what, Repeat::Unsafe, |conn| {
+            queries::set_paused(conn, queue, paused, now)
+        })?;
+        // Workers of other processes find a resumed queue at their next idle poll.
+        if changed && !paused {
+            self.wake();
+        }
+        Ok(changed)
+    }
+
+    async fn queues(&self) -> Result<Vec<String>> {
+        run!(&self.inner.conns, "listing queues", Repeat::Safe, |conn| {
+            queries::queue_names(conn)
+        })
+    }
+
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
+        let now = self.now();
+        let (counts, state) = run!(
+            &self.inner.conns,
+            "reading queue statistics",
+            Repeat::Safe,
+            |conn| async {
+                let counts = queries::counts(conn, queue, now).await?;
+                Ok((counts, queries::queue_state(conn, queue, now).await?))
+            }
+        )?;
+        Ok(QueueStatus {
+            queue: queue.to_owned(),
+            counts,
+            paused: state.paused,
+            lag: lag_since(state.oldest_due, state.now),
+            last_minute: None,
+            last_hour: None,
+        })
     }
 
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {

@@ -13,12 +13,18 @@
 //! ([`MySqlOptions::clock`]). The schema is versioned: [`migrate()`] (the `hopper migrate`
 //! command) applies it, and a broker refuses to start on a schema that is behind.
 //!
+//! Operators list a queue's jobs by state a page at a time (keyset paging over index
+//! ranges, so a page deep in a million jobs costs what the first does), with the error of
+//! each failed attempt; re-drive or discard dead letters; and pause queues. A pause is a
+//! row of `hopper_paused` that the claim statement itself checks, so every worker of every
+//! process stops taking from the queue at its next claim.
+//!
 //! MySQL has no LISTEN/NOTIFY. A broker wakes its own idle workers when it enqueues or
 //! hands work back, and a background task polls `SELECT MAX(id)` on a connection of its
 //! own for jobs other processes enqueued: every 20 ms after it saw a change, backing off by
 //! doubling to once a second, so **an idle broker polls at most once a second**
-//! ([`MySqlOptions::wake_poll`]). Retries and releases made by other processes are found by
-//! the worker's own idle poll.
+//! ([`MySqlOptions::wake_poll`]). Retries, releases and resumed queues of other processes
+//! are found by the worker's own idle poll.
 //!
 //! # Layout
 //! - [`broker`]: [`MySqlBroker`], the [`Broker`](hopper_core::Broker) implementation:
@@ -27,7 +33,7 @@
 //! - [`migrate`](mod@migrate): versioned migrations ([`migrate()`], `migrations/*.sql`)
 //!   and the version check at connect.
 //! - `queries`: each operation as it runs on one connection, one module per concern
-//!   (enqueue, fetch, settle, renew, inspection).
+//!   (enqueue, fetch, settle, renew, inspection, operator calls).
 //! - `conn`: the broker's dedicated connections, reconnection and transactions.
 //! - `poll`: the wake poller.
 //! - `sql`: every statement, one per file under `sql/`.

@@ -18,6 +18,7 @@ use crate::url::BrokerUrl;
 pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_create_jobs.sql"),
     include_str!("../migrations/0002_range_checks.sql"),
+    include_str!("../migrations/0003_errors_and_pauses.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.
@@ -27,10 +28,10 @@ fn needed_version() -> u32 {
 
 /// MySQL's error number for a missing table.
 const ER_NO_SUCH_TABLE: u16 = 1146;
-/// A CHECK constraint of that name exists: MariaDB's number, then MySQL 8's. A migration
-/// adds its constraints in its last statement, so finding them means a run stopped after it
-/// but before its version was recorded.
-const ER_DUP_CONSTRAINT: [u16; 2] = [1826, 3822];
+/// What a migration adds already exists: a column, an index, a CHECK constraint (MariaDB's
+/// number, then MySQL 8's). A migration adds these in its last statement, so finding them
+/// means a run stopped after it but before its version was recorded.
+const ER_ALREADY_ADDED: [u16; 4] = [1060, 1061, 1826, 3822];
 
 /// Brings the database named by the URL up to this build's schema version. Returns how
 /// many migrations it applied (0 when already up to date). Safe to run from several
@@ -79,7 +80,7 @@ async fn apply_locked(conn: &mut MySqlConnection) -> Result<u32, sqlx::Error> {
         }
         let migration: &'static str = migration;
         match conn.execute(sqlx::raw_sql(migration)).await {
-            Err(e) if server_error_number(&e).is_some_and(|n| ER_DUP_CONSTRAINT.contains(&n)) => {}
+            Err(e) if server_error_number(&e).is_some_and(|n| ER_ALREADY_ADDED.contains(&n)) => {}
             other => {
                 other?;
             }

@@ -6,15 +6,23 @@
 //! - `{now}`: the database clock in milliseconds ([`DB_NOW_MS`]). A statement that needs
 //!   "now" reads `COALESCE(?, {now})`, and the broker binds its own clock's reading or
 //!   NULL; so each statement is written once for both clocks.
+//! - `{error_history}`: how many errors a job's history keeps
+//!   ([`ERROR_HISTORY`](hopper_core::admin::ERROR_HISTORY)).
 //! - `{ids}`: a list of `?`; `{pairs}`: a list of `(?, ?)`; `{rows}` and `{each}`: a
 //!   fragment file repeated (`enqueue_row.sql`, `settle_row.sql`, `next_due.sql`,
 //!   `probe_queue.sql`).
+//! - In listings, `{after}` and `{order}`: the comparison that keeps what comes after the
+//!   cursor, and the sort direction, oldest or newest first ([`keyset`]); `{due}`: due or
+//!   scheduled. Cursors are compared column by column (`a > ? OR (a = ? AND id > ?)`), which
+//!   bounds an index range; MariaDB does not bound one by a row comparison.
 //!
 //! Lists are padded to a power of two with inert values (0 is never a job id nor a lease
 //! id), so a connection prepares a handful of texts per statement and keeps them cached,
 //! rather than one per batch size; the server's `max_prepared_stmt_count` stays far away.
 
 use std::sync::LazyLock;
+
+use hopper_core::admin::ERROR_HISTORY;
 
 /// The database clock in milliseconds since the epoch. `NOW(3)` is fixed for the length of
 /// a statement, so every row of one statement sees the same instant, and the optimiser
@@ -27,10 +35,10 @@ pub(crate) const DB_NOW_MS: &str = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS
 /// protocol's 65,535 placeholders.
 pub(crate) const MAX_LIST: usize = 4096;
 
-/// The most rows one `settle_update.sql` carries (five placeholders each).
+/// The most rows one `settle_update.sql` carries (six placeholders each).
 pub(crate) const MAX_SETTLE_ROWS: usize = 2048;
 
-/// Drops comment lines and expands `{now}`: what the server receives.
+/// Drops comment lines and expands `{now}` and `{error_history}`: what the server receives.
 fn render(file: &str) -> String {
     let mut out = String::with_capacity(file.len());
     for line in file.lines() {
@@ -44,6 +52,7 @@ fn render(file: &str) -> String {
         out.push_str(line);
     }
     out.replace("{now}", DB_NOW_MS)
+        .replace("{error_history}", &ERROR_HISTORY.to_string())
 }
 
 macro_rules! statements {
@@ -95,6 +104,8 @@ statements! {
     CLAIM_LEVELS = "claim_levels.sql";
     /// The highest pending priority level of a queue below a bound.
     LEVEL_BELOW = "level_below.sql";
+    /// The lowest above a bound.
+    LEVEL_ABOVE = "level_above.sql";
     /// Dead-letters a locked candidate that cannot be read as a job, with the reason.
     BURY_PENDING = "bury_pending.sql";
     /// Takes claimed jobs under a lease, charging an attempt.
@@ -132,6 +143,28 @@ statements! {
     DEAD_LETTERS = "dead_letters.sql";
     /// Removes every job of a queue.
     PURGE = "purge.sql";
+    /// A page of one priority level's waiting jobs (pending or scheduled) after a cursor.
+    LIST_LEVEL = "list_level.sql";
+    /// A page of a queue's leased jobs after a cursor.
+    LIST_LEASED = "list_leased.sql";
+    /// A page of a queue's jobs in one finished state after a cursor.
+    LIST_FINISHED = "list_finished.sql";
+    /// Puts the named dead letters back in their queues.
+    RETRY_DEAD = "retry_dead.sql";
+    /// Puts a queue's oldest dead letters back.
+    RETRY_DEAD_QUEUE = "retry_dead_queue.sql";
+    /// Deletes the named dead letters.
+    DISCARD_DEAD = "discard_dead.sql";
+    /// Deletes a queue's oldest dead letters.
+    DISCARD_DEAD_QUEUE = "discard_dead_queue.sql";
+    /// Pauses a queue.
+    PAUSE = "pause.sql";
+    /// Resumes it.
+    RESUME = "resume.sql";
+    /// The queues holding jobs or paused.
+    QUEUE_NAMES = "queue_names.sql";
+    /// Whether a queue is paused, its oldest due job, and the clock.
+    QUEUE_STATE = "queue_state.sql";
     /// The newest job id: what the wake poller watches.
     MAX_ID = "max_id.sql";
 }
@@ -186,6 +219,22 @@ pub(crate) fn claim_one(levels: Option<usize>) -> String {
     }
 }
 
+/// `template` with the listing placeholders `{after}` and `{order}` expanded for oldest or
+/// newest first.
+pub(crate) fn keyset(template: &str, newest_first: bool) -> String {
+    let (after, order) = if newest_first {
+        ("<", "DESC")
+    } else {
+        (">", "ASC")
+    };
+    template.replace("{after}", after).replace("{order}", order)
+}
+
+/// The page of one priority level's due (`due`) or scheduled waiting jobs.
+pub(crate) fn list_level(newest_first: bool, due: bool) -> String {
+    keyset(&LIST_LEVEL, newest_first).replace("{due}", if due { "<=" } else { ">" })
+}
+
 /// `template` with `{each}` replaced by the one-queue read `each` for `n` queues: the read
 /// itself for one, else `n` copies, each parenthesised, joined by UNION ALL.
 fn each_queue(template: &str, each: &str, n: usize) -> String {
@@ -210,7 +259,10 @@ pub(crate) fn probe(n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{all, claim_one, enqueue, padded, probe, settle_update, with_ids, with_pairs};
+    use super::{
+        LIST_FINISHED, LIST_LEASED, all, claim_one, enqueue, keyset, list_level, padded, probe,
+        settle_update, with_ids, with_pairs,
+    };
 
     #[test]
     fn every_file_renders_without_comments_or_unexpanded_now() {
@@ -218,6 +270,7 @@ mod tests {
             assert!(!text.is_empty(), "{name} is empty");
             assert!(!text.contains("--"), "{name} kept a comment: {text}");
             assert!(!text.contains("{now}"), "{name}: {text}");
+            assert!(!text.contains("{error_history}"), "{name}: {text}");
         }
     }
 
@@ -233,21 +286,46 @@ mod tests {
         assert_eq!(sql.as_str(), "(a, b) IN ((?, ?), (?, ?))");
         assert_eq!(enqueue(3).as_str().matches('?').count(), 24);
         assert_eq!(settle_update(2).as_str().matches("UNION ALL").count(), 1);
-        assert_eq!(claim_one(None).matches('?').count(), 3);
-        // One queue's read, then the reaper's flag and the clock twice.
-        assert_eq!(probe(1).matches('?').count(), 4);
+        // The queue, the clock, the queue again (is it paused?), the limit.
+        assert_eq!(claim_one(None).matches('?').count(), 4);
+        // One queue's read (the queue twice), then the reaper's flag and the clock twice.
+        assert_eq!(probe(1).matches('?').count(), 5);
         assert!(
             probe(1).contains("FROM (SELECT MIN(run_at)"),
             "{}",
             probe(1)
         );
         assert_eq!(probe(3).matches("UNION ALL").count(), 2);
-        assert_eq!(probe(3).matches('?').count(), 6);
+        assert_eq!(probe(3).matches('?').count(), 9);
         let by_levels = claim_one(Some(4));
         assert!(
             by_levels.contains("priority IN (?, ?, ?, ?)"),
             "{by_levels}"
         );
-        assert_eq!(by_levels.matches('?').count(), 7);
+        assert_eq!(by_levels.matches('?').count(), 8);
+    }
+
+    #[test]
+    fn listings_expand_to_their_direction() {
+        let scheduled_newest = list_level(true, false);
+        assert!(
+            scheduled_newest.contains("run_at > COALESCE(?")
+                && scheduled_newest.contains("(run_at < ? OR (run_at = ? AND id < ?))")
+                && scheduled_newest.contains("ORDER BY run_at DESC, id DESC"),
+            "{scheduled_newest}"
+        );
+        let due_oldest = list_level(false, true);
+        assert!(
+            due_oldest.contains("run_at <= COALESCE(?")
+                && due_oldest.contains("ORDER BY run_at ASC, id ASC"),
+            "{due_oldest}"
+        );
+        for text in [
+            due_oldest,
+            keyset(&LIST_LEASED, false),
+            keyset(&LIST_FINISHED, true),
+        ] {
+            assert!(!text.contains('{'), "{text}");
+        }
     }
 }

@@ -1,15 +1,20 @@
 //! The MySQL / MariaDB broker against the real server on 127.0.0.1:3306 (override with
 //! `HOPPER_TEST_MYSQL_URL`). Every test works in a database of its own, dropped afterwards:
 //! the shared behaviour suite, migrations and refusals, the database clock, what an idle
-//! broker asks, the wake poller, query plans, and workers on the real server (a crash
-//! mid-batch, two runtimes sharing a queue).
+//! broker asks, the wake poller, query plans (the operator calls' too), error histories,
+//! and workers on the real server (a crash mid-batch, two runtimes sharing a queue, a queue
+//! paused by another process).
 
 mod mysql {
+    mod admin_plans;
     mod clock;
+    mod history;
     mod idle;
     mod killed;
+    mod listing_scale;
     mod migrations;
     mod partition;
+    mod pausing;
     mod plans;
     mod ranges;
     mod settling;

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched, JobId, JobRecord,
-    LeaseId, QueueCounts, Result, SettleReport, Settlement,
+    Broker, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched, JobId, JobPage,
+    JobQuery, JobRecord, LeaseId, QueueCounts, QueueStatus, Result, Selection, SettleReport,
+    Settlement,
 };
 use tokio::sync::watch;
 
@@ -87,6 +88,24 @@ impl Broker for WithCleanup {
     }
     async fn purge(&self, queue: &str) -> Result<u64> {
         self.inner().purge(queue).await
+    }
+    async fn list_jobs(&self, query: &JobQuery) -> Result<JobPage> {
+        self.inner().list_jobs(query).await
+    }
+    async fn retry_dead(&self, which: &Selection) -> Result<u64> {
+        self.inner().retry_dead(which).await
+    }
+    async fn discard_dead(&self, which: &Selection) -> Result<u64> {
+        self.inner().discard_dead(which).await
+    }
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
+        self.inner().set_paused(queue, paused).await
+    }
+    async fn queues(&self) -> Result<Vec<String>> {
+        self.inner().queues().await
+    }
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
+        self.inner().queue_stats(queue).await
     }
     async fn subscribe(&self, queue: &str, window: Option<u32>) -> Result<()> {
         self.inner().subscribe(queue, window).await

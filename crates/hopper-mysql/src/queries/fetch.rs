@@ -23,6 +23,7 @@ pub(crate) async fn reap(
     let done = sqlx::query(fixed(&sql::REAP))
         .bind(now)
         .bind(now)
+        .bind(now)
         .execute(conn)
         .await?;
     Ok(done.rows_affected())
@@ -127,6 +128,7 @@ async fn candidates(
         }
         query = query
             .bind(now)
+            .bind(*queue)
             .bind(i64::try_from(*limit).unwrap_or(i64::MAX));
     }
     let rows = query.fetch_all(&mut *conn).await?;
@@ -250,7 +252,7 @@ pub(crate) async fn probe(
     let text = sql::probe(queues.len());
     let mut query = sqlx::query(&text);
     for queue in queues {
-        query = query.bind(*queue);
+        query = query.bind(*queue).bind(*queue);
     }
     let row = query.bind(reap).bind(now).bind(now).fetch_one(conn).await?;
     Ok(Probe {

@@ -1,15 +1,17 @@
 //! Job states as the table stores them, and jobs and job records decoded from rows.
 
+use hopper_core::admin::{AttemptError, ERROR_HISTORY, bounded_error};
 use hopper_core::job::{headers_for_record, headers_from_json};
 use hopper_core::{Job, JobId, JobRecord, JobState, LeaseId};
+use serde_json::Value;
 use sqlx::Row;
 use sqlx::mysql::MySqlRow;
 
 const PENDING: i8 = 0;
 pub(super) const LEASED: i8 = 1;
-const COMPLETED: i8 = 2;
-const DEAD: i8 = 3;
-const CANCELLED: i8 = 4;
+pub(super) const COMPLETED: i8 = 2;
+pub(super) const DEAD: i8 = 3;
+pub(super) const CANCELLED: i8 = 4;
 
 /// Reads the columns `id, queue, payload, priority, run_at, attempt, max_attempts,
 /// headers, created_at`, in that order, as a job held under `lease`.
@@ -45,7 +47,8 @@ fn read_job(row: &MySqlRow, lease: LeaseId, strict: bool) -> Result<Job, sqlx::E
     })
 }
 
-/// Reads a job's columns (see [`job_from_row`]) followed by `state, lease_id, last_error`.
+/// Reads a job's columns (see [`job_from_row`]) followed by `state, lease_id, last_error,
+/// finished_at, errors` (the record columns of `job_record.sql`).
 pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> {
     let state = match row.try_get::<i8, _>(9)? {
         PENDING => JobState::Pending,
@@ -68,8 +71,70 @@ pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> 
         job: read_job(row, lease, false)?,
         state,
         last_error: row.try_get(11)?,
-        errors: Vec::new(),
+        errors: errors_from_json(row.try_get::<Option<String>, _>(13)?.as_deref()),
         started_at: None,
-        finished_at: None,
+        finished_at: row.try_get(12)?,
     })
+}
+
+/// An error history as `settle_update.sql` writes it, read leniently, as headers are
+/// ([`headers_for_record`]): entries that are not `{attempt, at, error}` are left out, and
+/// a history that is not a JSON array (another program wrote it) shows as one entry of
+/// attempt 0 holding the stored text, so that the record is still listed.
+fn errors_from_json(text: Option<&str>) -> Vec<AttemptError> {
+    let Some(text) = text else {
+        return Vec::new();
+    };
+    let Ok(Value::Array(entries)) = serde_json::from_str::<Value>(text) else {
+        return vec![AttemptError {
+            attempt: 0,
+            at: 0,
+            error: bounded_error(text).to_owned(),
+        }];
+    };
+    let read = |entry: &Value| {
+        Some(AttemptError {
+            attempt: u32::try_from(entry.get("attempt")?.as_u64()?).ok()?,
+            at: entry.get("at")?.as_i64()?,
+            error: entry.get("error")?.as_str()?.to_owned(),
+        })
+    };
+    let mut errors: Vec<AttemptError> = entries.iter().filter_map(read).collect();
+    let extra = errors.len().saturating_sub(ERROR_HISTORY);
+    errors.drain(..extra);
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use hopper_core::admin::ERROR_HISTORY;
+
+    use super::errors_from_json;
+
+    #[test]
+    fn error_histories_read_leniently() {
+        assert!(errors_from_json(None).is_empty());
+        let history = r#"[{"attempt": 1, "at": 5, "error": "a"}, {"attempt": -1}, 7,
+                          {"attempt": 2, "at": 9, "error": "b"}]"#;
+        let read: Vec<(u32, i64, String)> = errors_from_json(Some(history))
+            .into_iter()
+            .map(|e| (e.attempt, e.at, e.error))
+            .collect();
+        assert_eq!(read, [(1, 5, "a".into()), (2, 9, "b".into())]);
+        for stored in ["not json", "{\"attempt\": 1}"] {
+            let read = errors_from_json(Some(stored));
+            assert_eq!(read.len(), 1, "{stored}");
+            assert_eq!((read[0].attempt, read[0].error.as_str()), (0, stored));
+        }
+        let long: Vec<String> = (1..=30)
+            .map(|n| format!(r#"{{"attempt": {n}, "at": {n}, "error": "e"}}"#))
+            .collect();
+        let read = errors_from_json(Some(&format!("[{}]", long.join(","))));
+        assert_eq!(read.len(), ERROR_HISTORY);
+        assert_eq!(
+            read[0].attempt,
+            31 - ERROR_HISTORY as u32,
+            "the latest are kept"
+        );
+    }
 }

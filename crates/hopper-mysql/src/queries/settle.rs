@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use hopper_core::admin::bounded_error;
 use hopper_core::{JobId, Millis, Outcome, SettleReport, Settlement};
 use sqlx::Row;
 use sqlx::mysql::MySqlConnection;
@@ -128,6 +129,7 @@ async fn apply(
                     .bind(0i64)
                     .bind(0i8)
                     .bind(0i64)
+                    .bind(None::<&str>)
                     .bind(None::<&str>);
                 continue;
             };
@@ -138,14 +140,18 @@ async fn apply(
                 Outcome::Cancel => (CANCEL, 0, None),
                 Outcome::Ack => unreachable!("acks were partitioned out"),
             };
+            // The history's copy only when it is shorter: a short error is sent once.
+            let kept = error.and_then(|e| Some(bounded_error(e)).filter(|k| k.len() < e.len()));
             query = query
                 .bind(s.job.0)
                 .bind(s.lease.0)
                 .bind(kind)
                 .bind(delay_ms)
-                .bind(error);
+                .bind(error)
+                .bind(kept);
         }
         touched += query
+            .bind(now)
             .bind(now)
             .bind(now)
             .execute(&mut *conn)

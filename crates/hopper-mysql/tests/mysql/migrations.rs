@@ -1,7 +1,14 @@
-//! Versioned migrations, the version check at connect, and refusals that name the URL
-//! without its password.
+//! Versioned migrations, the version check at connect, a database of the previous version
+//! brought up to date, and refusals that name the URL without its password.
 
+use std::time::Duration;
+
+use hopper_core::{
+    Broker, FetchRequest, JobId, JobQuery, JobState, LeaseId, ListState, Outcome, Selection,
+    Settlement,
+};
 use hopper_mysql::{MySqlBroker, MySqlOptions};
+use sqlx::{Connection, MySqlConnection};
 
 use super::support::{TempDatabase, admin, url_for};
 
@@ -13,7 +20,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
     assert_eq!(
         err.to_string(),
         format!(
-            "broker error: the hopper schema in {url} is at version 0 but this build needs 2: \
+            "broker error: the hopper schema in {url} is at version 0 but this build needs 3: \
              run `hopper migrate --broker {url}`",
             url = db.url
         )
@@ -23,7 +30,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
 #[tokio::test]
 async fn migrating_twice_applies_nothing_the_second_time() {
     let db = TempDatabase::empty().await;
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     assert_eq!(broker.url(), db.url);
@@ -39,7 +46,7 @@ async fn concurrent_migrations_apply_each_version_once() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 2]);
+    assert_eq!(applied, [0, 3]);
 }
 
 #[tokio::test]
@@ -53,7 +60,7 @@ async fn a_schema_newer_than_this_build_is_refused() {
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema in {} is at version 99, newer than this build (2): upgrade hopper",
+            "the hopper schema in {} is at version 99, newer than this build (3): upgrade hopper",
             db.url
         )),
         "{err}"
@@ -113,4 +120,96 @@ async fn bad_urls_and_options_are_refused_with_the_setting_named() {
             format!("invalid connections `{n}`: allowed: 1..=64")
         );
     }
+}
+
+/// A database at version 2, as the previous release left it, holding jobs in each state:
+/// migrating adds the error history, the pause table and the index of finished jobs; the
+/// jobs stay readable, without a history, and are listed, re-driven and worked as usual.
+/// A run that stopped before recording version 3 counts it as applied the second time.
+#[tokio::test]
+async fn a_database_of_the_previous_version_keeps_its_jobs() {
+    let db = TempDatabase::empty().await;
+    let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
+    for setup in [
+        include_str!("../../migrations/0001_create_jobs.sql"),
+        include_str!("../../migrations/0002_range_checks.sql"),
+        include_str!("../../sql/migrations_table.sql"),
+        "INSERT INTO hopper_migrations (version, applied_at) VALUES (1, 0), (2, 0)",
+        "INSERT INTO hopper_jobs (id, queue, state, run_at, attempt, max_attempts, payload,
+                                  created_at, lease_id, lease_expires, last_error, finished_at)
+         VALUES (1, 'q', 0, 0, 0, 5, 'pending', 0, NULL, NULL, NULL, NULL),
+                (2, 'q', 1, 0, 1, 5, 'leased', 0, 7, 9000000000000, NULL, NULL),
+                (3, 'q', 3, 0, 5, 5, 'dead', 0, NULL, NULL, 'boom', 5),
+                (4, 'q', 4, 0, 0, 5, 'cancelled', 0, NULL, NULL, NULL, 6)",
+    ] {
+        sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
+    }
+    let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
+    assert!(err.contains("at version 2 but this build needs 3"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+
+    let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
+        .await
+        .unwrap();
+    let dead = broker.job(JobId(3)).await.unwrap().unwrap();
+    assert_eq!(
+        (dead.state, dead.last_error.as_deref(), dead.finished_at),
+        (JobState::Dead, Some("boom"), Some(5))
+    );
+    assert!(dead.errors.is_empty(), "{dead:?}");
+    let listed = broker
+        .list_jobs(&JobQuery::new("q", ListState::Dead, 10))
+        .await
+        .unwrap();
+    assert_eq!(listed.jobs, vec![dead]);
+    let leased = broker
+        .list_jobs(&JobQuery::new("q", ListState::Leased, 10))
+        .await
+        .unwrap();
+    assert_eq!(leased.jobs.len(), 1);
+    assert_eq!(leased.jobs[0].job.lease, LeaseId(7));
+    assert_eq!(broker.queues().await.unwrap(), ["q"]);
+
+    assert_eq!(
+        broker
+            .retry_dead(&Selection::Jobs(vec![JobId(3)]))
+            .await
+            .unwrap(),
+        1
+    );
+    let held = broker
+        .fetch(FetchRequest::one("q", 10, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let mut ids: Vec<i64> = held.jobs.iter().map(|j| j.id.0).collect();
+    ids.sort();
+    assert_eq!(ids, [1, 3]);
+    let retry = Outcome::Retry {
+        delay: Duration::ZERO,
+        error: "again".into(),
+    };
+    let report = broker
+        .settle(vec![Settlement {
+            job: JobId(3),
+            lease: held.lease,
+            outcome: retry,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(report.applied, 1);
+    let errors = broker.job(JobId(3)).await.unwrap().unwrap().errors;
+    let history: Vec<(u32, &str)> = errors
+        .iter()
+        .map(|e| (e.attempt, e.error.as_str()))
+        .collect();
+    assert_eq!(history, [(1, "again")]);
+    broker.close().await;
+
+    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version = 3")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
+    let _ = conn.close().await;
 }

@@ -1,0 +1,1 @@
+DELETE FROM hopper_jobs WHERE state = 3 AND id IN ({ids})

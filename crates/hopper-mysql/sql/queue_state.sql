@@ -1,0 +1,6 @@
+-- What a queue's statistics add to its counts: whether it is paused, the run_at of its
+-- oldest due job (one dive into hopper_jobs_due), and the clock that was read against.
+SELECT CAST(EXISTS (SELECT 1 FROM hopper_paused WHERE queue = ?) AS SIGNED) AS paused,
+       (SELECT MIN(run_at) FROM hopper_jobs
+        WHERE state = 0 AND queue = ? AND run_at <= COALESCE(?, {now})) AS oldest_due,
+       CAST(COALESCE(?, {now}) AS SIGNED) AS now_ms

@@ -1,0 +1,1 @@
+DELETE FROM hopper_paused WHERE queue = ?
