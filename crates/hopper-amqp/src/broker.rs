@@ -12,11 +12,15 @@
 //! - `publish`: publishing on a confirm channel, and which message came back unroutable;
 //! - `fetch`: opening a queue's subscription, and a fetch taking from its buffer;
 //! - `settle`: settlements grouped by the channel their deliveries came on;
-//! - `admin`: counts, purges and deleting queues.
+//! - `admin`: counts, statistics, purges and deleting queues;
+//! - `redrive`: dead letters moved back to their queue or discarded, a chunk at a time;
+//! - `pause`: pausing a queue for every worker, and listening for pauses.
 
 mod admin;
 mod fetch;
+mod pause;
 mod publish;
+mod redrive;
 mod settle;
 
 use std::collections::HashMap;
@@ -25,13 +29,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, CheckedJobs, Error, FetchRequest, Fetched, JobId,
-    JobRecord, LeaseId, QueueCounts, Result, SettleReport, Settlement,
+    AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Error, FetchRequest, Fetched,
+    JobId, JobRecord, LeaseId, QueueCounts, QueueStatus, Result, Selection, SettleReport,
+    Settlement,
 };
 use tokio::sync::watch;
 
 use self::publish::{Outgoing, Published};
 use crate::conn::Link;
+use crate::control::PauseSignals;
 use crate::options::AmqpOptions;
 use crate::subscription::Subscription;
 use crate::topology::{Topology, retry_bucket};
@@ -52,6 +58,10 @@ struct Inner {
     /// Held while a subscription is being opened, so two callers never open two.
     opening: tokio::sync::Mutex<()>,
     wake: watch::Sender<u64>,
+    /// What each subscription watches to hear of its queue's pause.
+    signals: Arc<PauseSignals>,
+    /// The task listening for pause announcements, from the first subscription on.
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Inner {
@@ -59,6 +69,7 @@ impl Drop for Inner {
         self.link
             .closed
             .store(true, std::sync::atomic::Ordering::Release);
+        self.stop_listening();
         let subs: Vec<_> = self.subs_map().drain().map(|(_, s)| s).collect();
         let link = self.link.clone();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -73,6 +84,17 @@ impl Drop for Inner {
 }
 
 impl Inner {
+    fn stop_listening(&self) {
+        let listener = self
+            .listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(task) = listener {
+            task.abort();
+        }
+    }
+
     fn subs_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Subscription>>> {
         self.subs.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -116,6 +138,8 @@ impl AmqpBroker {
                 subs: Mutex::new(HashMap::new()),
                 opening: tokio::sync::Mutex::new(()),
                 wake,
+                signals: Arc::new(PauseSignals::default()),
+                listener: Mutex::new(None),
             }),
         })
     }
@@ -130,6 +154,7 @@ impl AmqpBroker {
     /// connection, not written; closing waits for the server's answer to each close, which
     /// comes after every frame queued before it, so call this before the process exits.
     pub async fn close(&self) {
+        self.inner.stop_listening();
         let subs: Vec<_> = self.inner.subs_map().drain().map(|(_, s)| s).collect();
         for sub in subs {
             sub.close().await;
@@ -141,7 +166,7 @@ impl AmqpBroker {
 #[async_trait]
 impl Broker for AmqpBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::pushed("amqp")
+        Capabilities::pushed("amqp").with_admin(AdminCalls::PUSHED)
     }
 
     fn limits(&self) -> hopper_core::Limits {
@@ -271,10 +296,33 @@ impl Broker for AmqpBroker {
 
     async fn unsubscribe(&self, queue: &str) -> Result<()> {
         let sub = self.inner.subs_map().remove(queue);
+        self.inner.signals.forget(queue);
         if let Some(sub) = sub {
             sub.close().await;
         }
         Ok(())
+    }
+
+    async fn retry_dead(&self, which: &Selection) -> Result<u64> {
+        self.redrive(which, true).await
+    }
+
+    async fn discard_dead(&self, which: &Selection) -> Result<u64> {
+        self.redrive(which, false).await
+    }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
+        self.pause_queue(queue, paused).await
+    }
+
+    async fn queues(&self) -> Result<Vec<String>> {
+        Err(self.not_supported(
+            "listing queues (AMQP cannot enumerate a server's queues; name the queue)",
+        ))
+    }
+
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
+        self.stats(queue).await
     }
 
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {

@@ -13,12 +13,15 @@
 //!
 //! # Layout
 //! - [`broker`]: [`AmqpBroker`], the [`Broker`](hopper_core::Broker) implementation:
-//!   enqueue, fetch from the pushed buffers, grouped settlement, counts, purge; publishing,
-//!   fetch, settlement and the admin calls each have a submodule.
+//!   enqueue, fetch from the pushed buffers, grouped settlement, counts, purge, and the
+//!   operator calls (statistics, dead letters re-driven, pauses); publishing, fetch,
+//!   settlement, re-drives, pauses and the admin calls each have a submodule.
 //! - [`options`]: [`AmqpOptions`] and [`QueueSettings`]: default window, queue kinds,
 //!   dead-letter exchanges, declarations, confirms, reconnection; URL settings.
 //! - [`topology`]: the queues Hopper declares: work and dead-letter queues on request,
-//!   retry queues always, and the retry buckets.
+//!   retry queues always, and the retry buckets; the names operators' pauses use.
+//! - [`control`]: pausing a queue for every worker: the flag queue, and the announcements
+//!   running workers listen to.
 //! - [`wire`]: the message format: properties, headers, ids.
 //! - `subscription`: one channel and consumer per queue and the task feeding its buffer
 //!   (its state, task, consumer, buffer and ack sending in submodules of their own);
@@ -28,6 +31,7 @@
 mod acks;
 pub mod broker;
 mod conn;
+pub mod control;
 pub mod options;
 mod subscription;
 pub mod topology;

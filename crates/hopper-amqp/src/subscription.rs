@@ -9,10 +9,14 @@
 //! closed) is fenced: the server has already put that delivery back, and its tag means
 //! nothing on the next channel.
 //!
+//! A paused queue's subscription keeps its channel and window but has no consumer (see
+//! `crate::control`): nothing arrives until it is resumed.
+//!
 //! Here: the [`Subscription`] handle, starting and closing it and re-sizing its window.
 //! - [`state`]: [`SubState`], what the subscription knows of its open channel;
 //! - [`task`]: the task that runs the consumer and obeys the handle's commands;
-//! - [`consumer`]: opening the channel under a new generation, consuming, re-windowing;
+//! - [`consumer`]: opening the channel under a new generation, consuming, re-windowing,
+//!   pausing and resuming;
 //! - [`buffer`]: the deliveries that arrived, pushed into the buffer and taken by a fetch;
 //! - [`send`]: acknowledgements held until due, and frames queued without waiting.
 
@@ -33,6 +37,7 @@ use self::state::SubState;
 use self::task::{Cmd, run};
 use crate::acks::HeldAcks;
 use crate::conn::SharedLink;
+use crate::control::Signals;
 use crate::options::QueueKind;
 use crate::topology::Topology;
 
@@ -53,8 +58,9 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
-    /// Starts a subscription task and waits until its consumer runs (or its first attempt
-    /// failed: the task keeps retrying with backoff).
+    /// Starts a subscription task and waits until its consumer runs, or would if the queue
+    /// were not paused (or its first attempt failed: the task keeps retrying with backoff).
+    /// `signals` says when the queue's pause flag should be read again.
     pub(crate) async fn start(
         link: SharedLink,
         topology: Arc<Topology>,
@@ -62,6 +68,7 @@ impl Subscription {
         kind: QueueKind,
         window: Option<u16>,
         wake: watch::Sender<u64>,
+        signals: Signals,
     ) -> (Arc<Subscription>, Result<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let sub = Arc::new(Subscription {
@@ -77,7 +84,7 @@ impl Subscription {
             cmds: tx,
         });
         let (ready_tx, ready_rx) = oneshot::channel();
-        tokio::spawn(run(sub.clone(), link, wake, rx, Some(ready_tx)));
+        tokio::spawn(run(sub.clone(), link, wake, rx, signals, Some(ready_tx)));
         let ready = ready_rx
             .await
             .unwrap_or(Err(hopper_core::Error::Closed("subscription")));

@@ -8,6 +8,10 @@
 //! (RabbitMQ only expires messages at a queue's head). Delays are rounded up to a bounded
 //! set of [`RETRY_BUCKETS_MS`], so a queue never has more than that many retry queues, and
 //! idle ones delete themselves (`x-expires`).
+//!
+//! Two names serve operators rather than jobs: the empty queue `hopper.paused.<queue>`
+//! whose existence pauses `<queue>` for every worker on the virtual host, and the fanout
+//! exchange [`CONTROL_EXCHANGE`] that tells running workers at once (see `crate::control`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -17,7 +21,7 @@ use hopper_core::{ConfigError, Error, Result};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 
-use crate::conn::{Link, amqp_err};
+use crate::conn::{Link, amqp_err, is_not_found};
 use crate::options::{AmqpOptions, QueueKind};
 
 /// The delays retry queues exist for, 1-2-5 steps from 10 ms to a day: a delay is rounded
@@ -57,6 +61,37 @@ pub fn retry_queue(queue: &str, bucket_ms: u64) -> String {
 /// The name of the dead-letter queue Hopper declares for `queue` when it declares topology.
 pub fn dead_queue(queue: &str) -> String {
     format!("{queue}.dead")
+}
+
+/// The empty durable queue whose existence pauses `queue` for every Hopper worker on the
+/// virtual host: it outlives every process, so a worker that starts later finds it.
+pub fn paused_queue(queue: &str) -> String {
+    format!("hopper.paused.{queue}")
+}
+
+/// The fanout exchange pauses and resumes are announced on, so that running workers stop or
+/// start consuming at once instead of looking at the flag queue now and then.
+pub const CONTROL_EXCHANGE: &str = "hopper.control";
+
+/// How many messages are ready in `queue`, or `None` when it does not exist. A passive
+/// declare on a channel of its own: the server closes the channel when the queue is missing.
+pub(crate) async fn depth(link: &Link, queue: &str) -> Result<Option<u64>> {
+    let ch = link.channel().await?;
+    let opts = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let r = ch
+        .queue_declare(queue.into(), opts, FieldTable::default())
+        .await;
+    match r {
+        Ok(q) => {
+            let _ = ch.close(200, "counted".into()).await;
+            Ok(Some(u64::from(q.message_count())))
+        }
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(amqp_err(format!("counting queue {queue}"), e)),
+    }
 }
 
 fn long(s: &str) -> AMQPValue {
@@ -100,6 +135,21 @@ impl Topology {
             )),
             None if self.options.declare => Some((String::new(), dead_queue(queue))),
             None => None,
+        }
+    }
+
+    /// The queue that holds `queue`'s dead letters, when Hopper can tell which: `<queue>.dead`
+    /// unless a dead-letter exchange is configured (whether or not this process declares
+    /// it), the routing key's queue when that exchange is the default one, else `None`: an
+    /// exchange of its own routes them wherever its bindings say.
+    pub(crate) fn dead_letter_queue(&self, queue: &str) -> Option<String> {
+        let s = self.options.settings(queue);
+        match &s.dead_letter_exchange {
+            None => Some(dead_queue(queue)),
+            Some(ex) if ex.is_empty() => {
+                s.dead_letter_routing_key.clone().filter(|key| key != queue)
+            }
+            Some(_) => None,
         }
     }
 

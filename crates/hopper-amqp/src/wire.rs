@@ -158,6 +158,29 @@ pub fn copy_properties(
     props.with_content_type(job_content_type(job).into())
 }
 
+/// The properties of a dead letter sent back to its queue: the same message (id, body,
+/// error, creation, the producer's headers), with its attempts reset and due now. The
+/// server's dead-lettering records go too (`x-death`, `x-first-death-*`,
+/// `x-last-death-*`, a quorum queue's `x-delivery-count`): they would be read as attempts,
+/// or make the server take the next dead-lettering for a cycle.
+pub fn redriven(props: &BasicProperties) -> BasicProperties {
+    let Some(table) = props.headers() else {
+        return props.clone();
+    };
+    let mut kept = FieldTable::default();
+    for (k, v) in table.inner() {
+        let dropped = matches!(
+            k.as_str(),
+            ATTEMPT | RUN_AT | QUEUE | DELIVERY_COUNT | "x-death"
+        ) || k.as_str().starts_with("x-first-death-")
+            || k.as_str().starts_with("x-last-death-");
+        if !dropped {
+            kept.insert(k.clone(), v.clone());
+        }
+    }
+    props.clone().with_headers(kept)
+}
+
 fn job_content_type(job: &Job) -> &'static str {
     if is_json(&job.payload) {
         "application/json"
@@ -355,6 +378,43 @@ mod tests {
         delivery.properties = BasicProperties::default().with_headers(table);
         let job = decode(delivery, "q", 1, QueueKind::Classic, 5_000);
         assert_eq!(job.attempt, u32::MAX);
+    }
+
+    /// A re-driven dead letter is a first attempt again and due now; its error, creation
+    /// time, limit, id and the producer's headers stay.
+    #[test]
+    fn a_redriven_dead_letter_keeps_its_error_and_loses_its_attempts() {
+        let mut job = NewJob::new("q", b"{}".to_vec());
+        job.max_attempts = 3;
+        job.headers.insert("tenant".into(), "t1".into());
+        let mut dead = properties(Some("42"), &job, 1_000, 5_000, 3, Some("boom"));
+        let mut table = dead.headers().clone().unwrap();
+        table.insert(QUEUE.into(), long_string("q"));
+        table.insert(DELIVERY_COUNT.into(), AMQPValue::LongLongInt(2));
+        table.insert("x-death".into(), AMQPValue::FieldArray(Default::default()));
+        table.insert("x-first-death-reason".into(), long_string("rejected"));
+        dead = dead.with_headers(table);
+        let back = redriven(&dead);
+        let mut names = header_names(&back);
+        names.sort();
+        assert_eq!(
+            names,
+            ["tenant", CREATED_AT, ERROR, MAX_ATTEMPTS],
+            "attempt, run-at, origin and the server's records dropped"
+        );
+        assert_eq!(back.message_id(), dead.message_id());
+        let mut delivery = Delivery::mock(
+            1,
+            ShortString::from(""),
+            ShortString::from("q"),
+            false,
+            b"{}".to_vec(),
+        );
+        delivery.properties = back;
+        let again = decode(delivery, "q", 1, QueueKind::Quorum, 9_000);
+        assert_eq!((again.attempt, again.max_attempts), (1, 3));
+        assert_eq!(again.run_at, 1_000, "due since its creation");
+        assert!(redriven(&BasicProperties::default()).headers().is_none());
     }
 
     #[test]

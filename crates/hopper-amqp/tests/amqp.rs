@@ -4,6 +4,7 @@
 
 mod amqp {
     mod acks;
+    mod admin;
     mod batches;
     mod faults;
     mod interop;

@@ -1,14 +1,20 @@
 //! Inspection and administration: counting and purging a queue with its retry and
-//! dead-letter queues, and deleting queues.
+//! dead-letter queues, an operator's statistics, and deleting queues.
+//!
+//! What AMQP tells a client of a queue is what a passive `queue.declare` answers: its ready
+//! messages and its consumers. How many are delivered and not yet acknowledged, how long
+//! the oldest has waited and how many went through lately are the server's to know
+//! (its management plugin shows them), not the protocol's.
 
+use futures_util::future::try_join_all;
 use hopper_core::job::validate_queue_name;
-use hopper_core::{QueueCounts, Result};
-use lapin::options::{QueueDeclareOptions, QueuePurgeOptions};
-use lapin::types::FieldTable;
+use hopper_core::{QueueCounts, QueueStatus, Result};
+use lapin::options::QueuePurgeOptions;
 
 use super::AmqpBroker;
 use crate::conn::{amqp_err, is_not_found};
-use crate::topology::dead_queue;
+use crate::control::is_paused;
+use crate::topology::{RETRY_BUCKETS_MS, dead_queue, depth, retry_queue};
 
 impl AmqpBroker {
     /// Deletes queues by name (missing ones are fine), for tests and tools that made them.
@@ -40,14 +46,14 @@ impl AmqpBroker {
             .topology
             .ensure_queue(&self.inner.link, queue)
             .await?;
-        let pending = self.message_count(queue).await?.unwrap_or(0);
+        let pending = depth(&self.inner.link, queue).await?.unwrap_or(0);
         let mut scheduled = 0;
         for rq in self.inner.topology.retry_queues_of(queue) {
-            scheduled += self.message_count(&rq).await?.unwrap_or(0);
+            scheduled += depth(&self.inner.link, &rq).await?.unwrap_or(0);
         }
         let dead = match self.inner.topology.dead_letter_target(queue) {
             Some((ex, key)) if ex.is_empty() && key == dead_queue(queue) => {
-                self.message_count(&key).await?.unwrap_or(0)
+                depth(&self.inner.link, &key).await?.unwrap_or(0)
             }
             _ => 0,
         };
@@ -60,6 +66,47 @@ impl AmqpBroker {
             scheduled,
             leased,
             dead,
+        })
+    }
+
+    /// [`Broker::queue_stats`](hopper_core::Broker::queue_stats), for an operator who may
+    /// never have touched the queue from this process: nothing is declared, a queue that
+    /// does not exist counts 0, and every retry bucket is looked at, not only the ones
+    /// this process declared. `leased` is what this process holds unsettled: the server
+    /// does not say through AMQP how many it has delivered to others.
+    pub(super) async fn stats(&self, queue: &str) -> Result<QueueStatus> {
+        validate_queue_name(queue)?;
+        let link = &self.inner.link;
+        let retries = RETRY_BUCKETS_MS.iter().map(|&ms| retry_queue(queue, ms));
+        let dead = self.inner.topology.dead_letter_queue(queue);
+        // One channel each, all at once: an operator's call, ~25 round trips in one.
+        let (pending, scheduled, dead, paused) = tokio::try_join!(
+            depth(link, queue),
+            try_join_all(retries.map(|rq| async move { depth(link, &rq).await })),
+            async {
+                match &dead {
+                    Some(d) => depth(link, d).await,
+                    None => Ok(None),
+                }
+            },
+            is_paused(link, queue),
+        )?;
+        let leased = self
+            .inner
+            .sub(queue)
+            .map_or(0, |s| s.state().unsettled.len() as u64);
+        Ok(QueueStatus {
+            queue: queue.to_owned(),
+            counts: QueueCounts {
+                pending: pending.unwrap_or(0),
+                scheduled: scheduled.into_iter().flatten().sum(),
+                leased,
+                dead: dead.unwrap_or(0),
+            },
+            paused,
+            lag: None,
+            last_minute: None,
+            last_hour: None,
         })
     }
 
@@ -81,26 +128,6 @@ impl AmqpBroker {
             }
         }
         Ok(n)
-    }
-
-    /// The message count of `queue` (`None` when it does not exist).
-    async fn message_count(&self, queue: &str) -> Result<Option<u64>> {
-        let ch = self.inner.link.channel().await?;
-        let opts = QueueDeclareOptions {
-            passive: true,
-            ..QueueDeclareOptions::default()
-        };
-        let r = ch
-            .queue_declare(queue.into(), opts, FieldTable::default())
-            .await;
-        match r {
-            Ok(q) => {
-                let _ = ch.close(200, "counted".into()).await;
-                Ok(Some(q.message_count() as u64))
-            }
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(amqp_err(format!("counting queue {queue}"), e)),
-        }
     }
 
     async fn purge_one(&self, queue: &str) -> Result<u64> {

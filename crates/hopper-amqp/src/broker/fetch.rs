@@ -94,6 +94,7 @@ impl AmqpBroker {
             .topology
             .ensure_queue(&self.inner.link, queue)
             .await?;
+        self.ensure_listener().await;
         let (sub, ready) = Subscription::start(
             self.inner.link.clone(),
             self.inner.topology.clone(),
@@ -101,6 +102,7 @@ impl AmqpBroker {
             self.inner.topology.kind(queue),
             window,
             self.inner.wake.clone(),
+            self.inner.signals.watch(queue),
         )
         .await;
         // Kept even when its first attempt failed: it retries with backoff.

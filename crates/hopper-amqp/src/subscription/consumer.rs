@@ -1,5 +1,6 @@
 //! A subscription's channel and consumer: each channel opened under a new generation and
-//! window, the consumer started on it, and re-started under a new window.
+//! window, the consumer started on it (unless the queue is paused), re-started under a new
+//! window, cancelled by a pause and started again by a resume.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -13,6 +14,7 @@ use tokio::sync::watch;
 
 use super::Subscription;
 use crate::conn::{SharedLink, amqp_err, is_not_found};
+use crate::control::{Signals, is_paused};
 
 /// Channel generations of this process; 0 is never used, so it can mean "none".
 static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -21,11 +23,14 @@ fn consume_options() -> BasicConsumeOptions {
     BasicConsumeOptions::default()
 }
 
+/// Opens the channel under a new generation and its window, and consumes on it unless the
+/// queue is paused (then `None`: nothing arrives until a resume).
 pub(super) async fn open(
     sub: &Subscription,
     link: &SharedLink,
     seq: &mut u64,
-) -> Result<(Channel, Consumer, u64)> {
+    signals: &mut Signals,
+) -> Result<(Channel, Option<Consumer>, u64)> {
     // A no-op unless topology is on and the queue was found deleted (see `consume`).
     sub.topology.ensure_queue(link, &sub.queue).await?;
     let conn = link.connection().await?;
@@ -49,23 +54,88 @@ pub(super) async fn open(
         st.unsettled.clear();
         st.held_acks.clear();
     }
-    let consumer = consume(sub, &channel, generation, seq).await?;
+    // Emptied before the flag is read: an announcement from here on makes the task read it
+    // again, so a pause between the read and the consume is not missed.
+    while signals.try_recv().is_ok() {}
+    let consumer = if is_paused(link, &sub.queue).await? {
+        tracing::info!(queue = %sub.queue, "queue paused: not consuming until it is resumed");
+        None
+    } else {
+        Some(consume(sub, &channel, generation, seq).await?)
+    };
     Ok((channel, consumer, generation))
+}
+
+/// Pauses: cancels the consumer, keeping what it delivered before the cancel took effect
+/// (those deliveries may still be fetched and run: pausing stops taking, it does not take
+/// back).
+pub(super) async fn pause(
+    sub: &Subscription,
+    channel: &Channel,
+    consumer: &mut Option<Consumer>,
+    generation: u64,
+    wake: &watch::Sender<u64>,
+) -> Result<()> {
+    if let Some(mut running) = consumer.take() {
+        cancel(sub, channel, &mut running, generation, wake).await?;
+        tracing::info!(queue = %sub.queue, "queue paused: consumer cancelled");
+    }
+    Ok(())
+}
+
+/// Resumes: consumes again on the same channel, under the window set on it.
+pub(super) async fn resume(
+    sub: &Subscription,
+    channel: &Channel,
+    consumer: &mut Option<Consumer>,
+    generation: u64,
+    seq: &mut u64,
+) -> Result<()> {
+    if consumer.is_none() {
+        *consumer = Some(consume(sub, channel, generation, seq).await?);
+        tracing::info!(queue = %sub.queue, "queue resumed: consuming again");
+    }
+    Ok(())
 }
 
 /// Cancels the consumer, keeps what it delivered before the cancel took effect (those
 /// deliveries stay unsettled on this channel, so nothing is lost), and consumes again under
 /// the new window. The window counts each consumer's own unsettled deliveries, so right
 /// after a change the earlier consumer's ones are held on top of the new window until they
-/// are settled: a brief overshoot of at most the old window.
+/// are settled: a brief overshoot of at most the old window. A paused subscription only
+/// takes the new window, for its resume.
 pub(super) async fn rewindow(
     sub: &Subscription,
     channel: &Channel,
-    consumer: &mut Consumer,
+    consumer: &mut Option<Consumer>,
     window: Option<u16>,
     generation: u64,
     wake: &watch::Sender<u64>,
     seq: &mut u64,
+) -> Result<()> {
+    let running = consumer.is_some();
+    if let Some(c) = consumer.as_mut() {
+        cancel(sub, channel, c, generation, wake).await?;
+    }
+    *consumer = None;
+    channel
+        .basic_qos(window.unwrap_or(0), BasicQosOptions::default())
+        .await
+        .map_err(|e| amqp_err("basic.qos", e))?;
+    if running {
+        *consumer = Some(consume(sub, channel, generation, seq).await?);
+    }
+    sub.state().window = window;
+    Ok(())
+}
+
+/// Cancels `consumer` and moves what it still delivers into the buffer, until it ends.
+async fn cancel(
+    sub: &Subscription,
+    channel: &Channel,
+    consumer: &mut Consumer,
+    generation: u64,
+    wake: &watch::Sender<u64>,
 ) -> Result<()> {
     channel
         .basic_cancel(consumer.tag(), BasicCancelOptions::default())
@@ -89,12 +159,6 @@ pub(super) async fn rewindow(
             sub.queue
         )));
     }
-    channel
-        .basic_qos(window.unwrap_or(0), BasicQosOptions::default())
-        .await
-        .map_err(|e| amqp_err("basic.qos", e))?;
-    *consumer = consume(sub, channel, generation, seq).await?;
-    sub.state().window = window;
     Ok(())
 }
 

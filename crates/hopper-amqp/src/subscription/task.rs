@@ -1,5 +1,6 @@
 //! The subscription task: it opens the channel and consumer, moves what arrives into the
-//! buffer and obeys the handle's commands; after a loss it reopens with backoff.
+//! buffer, obeys the handle's commands and pauses or resumes when its queue's pause flag
+//! says so; after a loss it reopens with backoff.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,28 +11,42 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::Subscription;
 use super::buffer::ready_deliveries;
-use super::consumer::{open, rewindow};
+use super::consumer::{open, pause, resume, rewindow};
 use crate::conn::SharedLink;
+use crate::control::{Signals, is_paused};
 
 pub(super) enum Cmd {
     Window(Option<u16>, oneshot::Sender<Result<()>>),
     Close(oneshot::Sender<()>),
 }
 
-/// The subscription task: open, move deliveries into the buffer, obey commands; after a
-/// loss, reopen with backoff under the same window (a new generation).
+/// The next delivery of the consumer, or never while paused (no consumer).
+async fn next(
+    consumer: &mut Option<lapin::Consumer>,
+) -> Option<lapin::Result<lapin::message::Delivery>> {
+    match consumer {
+        Some(c) => c.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The subscription task: open, move deliveries into the buffer, obey commands and pause
+/// announcements; after a loss, reopen with backoff under the same window (a new
+/// generation).
 pub(super) async fn run(
     sub: Arc<Subscription>,
     link: SharedLink,
     wake: watch::Sender<u64>,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
+    mut signals: Signals,
     mut ready: Option<oneshot::Sender<Result<()>>>,
 ) {
     let (min, max) = link.backoff;
     let mut wait = min;
     let mut seq = 0u64;
+    let mut signals_open = true;
     loop {
-        match open(&sub, &link, &mut seq).await {
+        match open(&sub, &link, &mut seq, &mut signals).await {
             Ok((channel, mut consumer, generation)) => {
                 wait = min;
                 if let Some(tx) = ready.take() {
@@ -39,15 +54,18 @@ pub(super) async fn run(
                 }
                 loop {
                     tokio::select! {
-                        d = consumer.next() => {
+                        d = next(&mut consumer) => {
                             let end = match d {
-                                Some(Ok(d)) => {
-                                    // What else already arrived goes in the same push: one
-                                    // lock and one wake-up of the worker for all of it.
-                                    let (ready, end) = ready_deliveries(&mut consumer, d);
-                                    sub.push_all(ready, generation, &wake);
-                                    end
-                                }
+                                Some(Ok(d)) => match consumer.as_mut() {
+                                    Some(running) => {
+                                        // What else already arrived goes in the same push:
+                                        // one lock and one wake-up of the worker for all.
+                                        let (ready, end) = ready_deliveries(running, d);
+                                        sub.push_all(ready, generation, &wake);
+                                        end
+                                    }
+                                    None => None, // only a consumer delivers
+                                },
                                 Some(Err(e)) => Some(Err(e)),
                                 None => Some(Ok(())),
                             };
@@ -61,6 +79,38 @@ pub(super) async fn run(
                                     tracing::warn!(queue = %sub.queue, "consumer ended by the server; reopening");
                                     break;
                                 }
+                            }
+                        }
+                        signal = signals.recv(), if signals_open => {
+                            let Some(mut announced) = signal else {
+                                signals_open = false; // closing: the command follows
+                                continue;
+                            };
+                            // One look at the flag answers for every announcement so far.
+                            while let Ok(next) = signals.try_recv() {
+                                announced = next.or(announced);
+                            }
+                            // The flag is the truth; the announcement stands in only when
+                            // the flag cannot be read.
+                            let paused = match is_paused(&link, &sub.queue).await {
+                                Ok(p) => p,
+                                Err(e) => {
+                                    tracing::warn!(queue = %sub.queue, error = %e.chain(),
+                                        "cannot read the pause flag; following the announcement");
+                                    match announced {
+                                        Some(p) => p,
+                                        None => continue,
+                                    }
+                                }
+                            };
+                            let r = if paused {
+                                pause(&sub, &channel, &mut consumer, generation, &wake).await
+                            } else {
+                                resume(&sub, &channel, &mut consumer, generation, &mut seq).await
+                            };
+                            if let Err(e) = r {
+                                tracing::warn!(queue = %sub.queue, error = %e.chain(), "pausing or resuming failed; reopening");
+                                break;
                             }
                         }
                         cmd = cmds.recv() => match cmd {

@@ -1,11 +1,12 @@
 //! Per-test setup: a broker, a queue name of its own, and a guard that deletes the queue
-//! and every queue derived from it (dead letters, retry buckets) when the test ends.
+//! and every queue derived from it (dead letters, retry buckets, its pause flag) when the
+//! test ends.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hopper_amqp::topology::{RETRY_BUCKETS_MS, dead_queue, retry_queue};
+use hopper_amqp::topology::{RETRY_BUCKETS_MS, dead_queue, paused_queue, retry_queue};
 use hopper_amqp::{AmqpBroker, AmqpOptions};
 use hopper_core::{Broker, FetchRequest, Job, JobId, NewJob, Worker, WorkerStats};
 use hopper_testkit::unique_name;
@@ -23,7 +24,7 @@ pub struct Cleanup {
 
 impl Cleanup {
     pub fn for_queue(queue: &str) -> Self {
-        let mut queues = vec![queue.to_owned(), dead_queue(queue)];
+        let mut queues = vec![queue.to_owned(), dead_queue(queue), paused_queue(queue)];
         queues.extend(RETRY_BUCKETS_MS.iter().map(|&ms| retry_queue(queue, ms)));
         Cleanup { queues }
     }

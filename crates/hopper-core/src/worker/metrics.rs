@@ -78,6 +78,13 @@ impl QueueMeters {
 /// The worker's handles not tied to a queue.
 #[derive(Debug)]
 pub(crate) struct WorkerMeters {
+    /// Whether a recorder was installed when the worker started, so that the per-job
+    /// histograms are worth their arithmetic (a few dozen instructions a job, which a
+    /// drain of tiny jobs feels). The facade cannot say; the recorder it falls back to
+    /// without one is a zero-sized type, and real recorders keep state. A zero-sized
+    /// recorder of a program's own still gets every counter, but not the two per-job
+    /// histograms.
+    pub(crate) per_job: bool,
     pub(crate) fenced: Counter,
     pub(crate) renewals: Counter,
     pub(crate) leases_lost: Counter,
@@ -87,6 +94,7 @@ impl WorkerMeters {
     pub(crate) fn new(broker: &'static str) -> Self {
         let labels = [("broker", broker)];
         WorkerMeters {
+            per_job: metrics::with_recorder(|r| std::mem::size_of_val(r) != 0),
             fenced: counter!("hopper_settlements_fenced_total", &labels),
             renewals: counter!("hopper_lease_renewals_total", &labels),
             leases_lost: counter!("hopper_leases_lost_total", &labels),

@@ -57,6 +57,8 @@ impl EventLoop {
         }
         let n = self.queues.len();
         self.dispatch.rotate = (self.dispatch.rotate + 1) % n;
+        // Read once a pass, and only when a recorder will take the start delays.
+        let wall = self.meters.per_job.then(|| self.wall.at(now));
         for i in 0..n {
             let qi = (self.dispatch.rotate + i) % n;
             loop {
@@ -75,9 +77,10 @@ impl EventLoop {
                             break;
                         }
                         let take = close.min(q.buffer.len());
-                        let wall = self.wall.at(now);
                         let q = &mut self.queues[qi];
-                        q.meters.started(q.buffer.iter().take(take), wall);
+                        if let Some(wall) = wall {
+                            q.meters.started(q.buffer.iter().take(take), wall);
+                        }
                         let jobs: Vec<Job> = q.buffer.drain(..take).collect();
                         q.batch_since = (!q.buffer.is_empty()).then_some(now);
                         push_size(&mut queue_stats(st, &q.name).batch_sizes, take);
@@ -90,8 +93,9 @@ impl EventLoop {
                     }
                     None => {
                         let k = self.handoff_size(q);
-                        let wall = self.wall.at(now);
-                        q.meters.started(q.buffer.iter().take(k), wall);
+                        if let Some(wall) = wall {
+                            q.meters.started(q.buffer.iter().take(k), wall);
+                        }
                         let (mut h, done) = self.tasks.spare();
                         Arc::get_mut(&mut h)
                             .expect("a spare hand-off is not shared")
@@ -175,8 +179,10 @@ impl EventLoop {
             if let Some(sizer) = q.sizer.as_mut() {
                 sizer.record(d.took);
             }
-            let took = if d.took.is_zero() { mean } else { d.took };
-            q.meters.duration.record(took.as_secs_f64());
+            if self.meters.per_job {
+                let took = if d.took.is_zero() { mean } else { d.took };
+                q.meters.duration.record(took.as_secs_f64());
+            }
             match &d.outcome {
                 Outcome::Ack => acked += 1,
                 Outcome::Retry { .. } => {
