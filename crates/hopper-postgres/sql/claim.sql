@@ -2,7 +2,8 @@
 -- otherwise ask in statements of their own, so a backstop poll costs one round trip.
 --
 -- `reaped` (only when $6, at most once a second per broker): jobs of expired leases go
--- back to pending, or to the dead letters on their final attempt. It touches leased rows
+-- back to pending, or to the dead letters on their final attempt, with its error added to
+-- their history as settle.sql adds it, keeping the latest $8. It touches leased rows
 -- and the claim pending ones, so the two never update the same row; a job reaped here is
 -- claimed by the next fetch (the broker wakes its workers for it).
 --
@@ -13,13 +14,16 @@
 -- `levels`: each queue's priority levels among its pending jobs, highest first, one index
 -- descent each (a loose index scan). The claim and the next-due time read each level as a
 -- range of `run_at`, so they never walk over jobs delayed into the future: with 200,000
--- delayed jobs and none due, a claim read all of them twice (34 ms per poll).
+-- delayed jobs and none due, a claim read all of them twice (34 ms per poll). A paused
+-- queue (hopper_paused) has no levels: nothing is claimed from it and no due time given,
+-- for one probe of that small table's key per queue asked.
 WITH RECURSIVE now AS (SELECT coalesce($3::bigint, {schema}.hopper_now_ms()) AS ms),
 levels (queue, priority) AS (
     SELECT b.queue,
            (SELECT max(priority) FROM {schema}.hopper_jobs
             WHERE state = 0 AND queue = b.queue)
     FROM (SELECT DISTINCT queue FROM unnest($1::text[]) AS u(queue)) AS b
+    WHERE NOT EXISTS (SELECT FROM {schema}.hopper_paused AS p WHERE p.queue = b.queue)
     UNION ALL
     SELECT l.queue,
            (SELECT max(priority) FROM {schema}.hopper_jobs
@@ -32,6 +36,13 @@ reaped AS (
     SET state = CASE WHEN t.attempt >= t.max_attempts THEN 3 ELSE 0 END,
         last_error = CASE WHEN t.attempt >= t.max_attempts
                           THEN 'lease expired on the final attempt' ELSE t.last_error END,
+        errors = CASE WHEN t.attempt >= t.max_attempts THEN jsonb_path_query_array(
+            CASE jsonb_typeof(t.errors) WHEN 'array' THEN t.errors ELSE '[]'::jsonb END
+                || jsonb_build_array(jsonb_build_object(
+                       'attempt', t.attempt, 'at', now.ms,
+                       'error', 'lease expired on the final attempt')),
+            '$[last - $keep + 1 to last]', jsonb_build_object('keep', $8::int)
+        ) ELSE t.errors END,
         finished_at = CASE WHEN t.attempt >= t.max_attempts THEN now.ms END,
         lease_id = NULL,
         lease_expires = NULL

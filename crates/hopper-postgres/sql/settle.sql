@@ -1,6 +1,12 @@
 -- `t.state + 0 = 1` rather than `t.state = 1`: it keeps the planner on the primary key. The
 -- plain form lets it use the partial index of leased jobs, which statistics taken while
 -- few jobs were leased make look empty, and walk every leased job for each settlement.
+--
+-- A retry or dead letter appends its error to the job's history (`errors`), keeping the
+-- latest $10. The history takes errors cut to hopper_core::admin::MAX_ERROR_BYTES: those
+-- longer come cut in $9, for the jobs of $8 (usually none), and `last_error` keeps them
+-- whole. Acks carry no array for it, and only failures evaluate its one expression: no
+-- subquery, whose plan every execution would start, acks included.
 WITH now AS (SELECT coalesce($6::bigint, {schema}.hopper_now_ms()) AS ms),
 s AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::bigint[], $5::text[])
@@ -19,6 +25,14 @@ changed AS (
         run_at = CASE s.kind WHEN 1 THEN now.ms + s.delay_ms ELSE t.run_at END,
         attempt = CASE s.kind WHEN 3 THEN greatest(t.attempt - 1, 0) ELSE t.attempt END,
         last_error = CASE WHEN s.kind IN (1, 2) THEN s.error ELSE t.last_error END,
+        -- A history that is not an array (another program wrote it) starts over.
+        errors = CASE WHEN s.kind IN (1, 2) THEN jsonb_path_query_array(
+            CASE jsonb_typeof(t.errors) WHEN 'array' THEN t.errors ELSE '[]'::jsonb END
+                || jsonb_build_array(jsonb_build_object(
+                       'attempt', t.attempt, 'at', now.ms, 'error', coalesce(
+                           ($9::text[])[array_position($8::bigint[], s.id)], s.error))),
+            '$[last - $keep + 1 to last]', jsonb_build_object('keep', $10::int)
+        ) ELSE t.errors END,
         finished_at = CASE WHEN s.kind IN (0, 2, 4) THEN now.ms END,
         lease_id = NULL,
         lease_expires = NULL

@@ -11,7 +11,7 @@
 //! # Layout
 //! - [`broker`]: [`PgBroker`], the [`Broker`](hopper_core::Broker) implementation,
 //!   one module per concern (connecting, enqueue, fetch, settle, renew, inspection,
-//!   maintenance).
+//!   listing, the other operator calls, maintenance).
 //! - [`options`]: [`PgOptions`]: schema, connections, clock, wake-ups, retention.
 //! - [`migrate`](mod@migrate): versioned migrations ([`migrate()`]) and the version check
 //!   at connect.

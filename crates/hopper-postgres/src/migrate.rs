@@ -15,6 +15,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0002_one_lease_index.sql"),
     include_str!("../migrations/0003_no_vacuum_truncate.sql"),
     include_str!("../migrations/0004_range_checks.sql"),
+    include_str!("../migrations/0005_operator_calls.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.

@@ -32,6 +32,18 @@ statements!(
     prune_completed,
     vacuum,
     vacuum_allowed,
+    list_waiting,
+    list_waiting_desc,
+    list_leased,
+    list_leased_desc,
+    list_finished,
+    list_finished_desc,
+    retry_dead,
+    discard_dead,
+    pause,
+    resume,
+    queues,
+    queue_stats,
 );
 
 /// A statement for `schema`: its text is the key of each connection's prepared-statement

@@ -3,9 +3,12 @@
 
 mod postgres {
     mod crash;
+    mod history;
     mod killed;
+    mod list_plans;
     mod migrations;
     mod partition;
+    mod pausing;
     mod plans;
     mod ranges;
     mod suite;

@@ -3,6 +3,7 @@
 
 use std::process::Command;
 
+use crate::operate::{pause_from_another_process, scenario};
 use crate::support::{assert_each_ran_once, hopper, load_json, refused, sizes};
 
 /// The PostgreSQL server the tests use, with a schema of the test's own.
@@ -23,19 +24,34 @@ fn drop_postgres_schema(schema: &str) {
     );
 }
 
+/// Runs `sql` on the MariaDB server the tests use.
+fn mariadb(sql: &str) {
+    let status = Command::new("mariadb")
+        .args(["-h", "127.0.0.1", "-u", "root", "-e", sql])
+        .status();
+    assert!(status.is_ok_and(|s| s.success()), "{sql}");
+}
+
+/// The URL of database `db` on the MariaDB server the tests use.
+fn mariadb_url(db: &str) -> String {
+    let base = std::env::var("HOPPER_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned());
+    format!("{}/{db}", base.trim_end_matches("/test"))
+}
+
 #[test]
 fn migrate_then_load_on_postgres() {
     let schema = format!("hopper_cli_{}", std::process::id());
     let url = postgres_url(&schema);
     let err = refused(&["load", "--broker", &url, "--jobs", "10"]);
     assert!(
-        err.contains("is at version 0 but this build needs 4: run `hopper migrate --broker"),
+        err.contains("is at version 0 but this build needs 5: run `hopper migrate --broker"),
         "{err}"
     );
 
     let out = hopper(&["migrate", "--broker", &url]);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 4 migrations"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 5 migrations"));
     let out = hopper(&["migrate", "--broker", &url]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("schema up to date"));
 
@@ -61,23 +77,15 @@ fn migrate_then_load_on_postgres() {
 #[test]
 fn migrate_then_load_on_mariadb() {
     let db = format!("hopper_cli_{}", std::process::id());
-    let mariadb = |sql: &str| {
-        let status = Command::new("mariadb")
-            .args(["-h", "127.0.0.1", "-u", "root", "-e", sql])
-            .status();
-        assert!(status.is_ok_and(|s| s.success()), "{sql}");
-    };
     mariadb(&format!("CREATE DATABASE IF NOT EXISTS {db}"));
-    let base = std::env::var("HOPPER_TEST_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned());
-    let url = format!("{}/{db}", base.trim_end_matches("/test"));
+    let url = mariadb_url(&db);
     let out = hopper(&["migrate", "--broker", &url]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 2 migrations"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 3 migrations"));
     let r = load_json(&[
         "load",
         "--broker",
@@ -173,4 +181,43 @@ fn load_on_rabbitmq_counts_batches_handed_to_handlers() {
         Some(s.len() as u64),
         "one fetch per batch"
     );
+}
+
+/// Runs `body` with a scratch directory, then `cleanup` whether `body` passed or not.
+fn with_cleanup(name: &str, body: impl FnOnce(&std::path::Path), cleanup: impl FnOnce()) {
+    let dir = std::env::temp_dir().join(format!("hopper-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&dir)));
+    cleanup();
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn operate_postgres_through_the_commands() {
+    let schema = format!("hopper_cli_ops_{}", std::process::id());
+    let url = postgres_url(&schema);
+    let body = |dir: &std::path::Path| {
+        assert!(hopper(&["migrate", "--broker", &url]).status.success());
+        scenario(&url, dir);
+        pause_from_another_process(&url, dir);
+    };
+    with_cleanup("ops-pg", body, || drop_postgres_schema(&schema));
+}
+
+#[test]
+fn operate_mariadb_through_the_commands() {
+    let db = format!("hopper_cli_ops_{}", std::process::id());
+    mariadb(&format!("CREATE DATABASE IF NOT EXISTS {db}"));
+    let url = mariadb_url(&db);
+    let body = |dir: &std::path::Path| {
+        assert!(hopper(&["migrate", "--broker", &url]).status.success());
+        scenario(&url, dir);
+        pause_from_another_process(&url, dir);
+    };
+    with_cleanup("ops-mariadb", body, || {
+        mariadb(&format!("DROP DATABASE {db}"))
+    });
 }

@@ -138,6 +138,7 @@ async fn claim(
         .bind(ttl_ms)
         .bind(reap)
         .bind(asked.min(i64::from(i32::MAX)) as i32)
+        .bind(hopper_core::admin::ERROR_HISTORY as i32)
         .fetch_all(held.conn())
         .await;
     let rows = match rows {

@@ -9,13 +9,17 @@
 //! - `settle`: settlements of any mix in one statement;
 //! - `renew`: renewing the leases of every held job in one statement;
 //! - `inspect`: cancel, job records, counts, dead letters and purge;
+//! - `listing`: pages of a queue's jobs in one state, by cursor;
+//! - `admin`: the other operator calls: re-drives, pauses, queue names and statistics;
 //! - `maintenance`: vacuuming the jobs table and pruning completed jobs;
 //! - `rows`: jobs and job records decoded from rows.
 
+mod admin;
 mod connect;
 mod enqueue;
 mod fetch;
 mod inspect;
+mod listing;
 mod maintenance;
 mod renew;
 mod rows;
@@ -25,10 +29,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection};
 use hopper_core::clock::Pace;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, CheckedJobs, Error, FetchRequest, Fetched, JobId,
-    JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
+    AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Error, FetchRequest, Fetched,
+    JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -146,7 +151,7 @@ impl Broker for PgBroker {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leased_sql("postgres")
+        Capabilities::leased_sql("postgres").with_admin(AdminCalls::RECORDS)
     }
 
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
@@ -217,6 +222,40 @@ impl Broker for PgBroker {
     async fn purge(&self, queue: &str) -> Result<u64> {
         self.answered("purging a queue", self.purge_queue(queue))
             .await
+    }
+
+    async fn list_jobs(&self, query: &JobQuery) -> Result<JobPage> {
+        query.validate()?;
+        self.answered("listing jobs", self.list_page(query)).await
+    }
+
+    async fn retry_dead(&self, which: &Selection) -> Result<u64> {
+        let call = self.retry_dead_letters(which);
+        self.answered("retrying dead letters", call).await
+    }
+
+    async fn discard_dead(&self, which: &Selection) -> Result<u64> {
+        let call = self.discard_dead_letters(which);
+        self.answered("discarding dead letters", call).await
+    }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
+        hopper_core::job::validate_queue_name(queue)?;
+        let what = if paused {
+            "pausing a queue"
+        } else {
+            "resuming a queue"
+        };
+        self.answered(what, self.pause_queue(queue, paused)).await
+    }
+
+    async fn queues(&self) -> Result<Vec<String>> {
+        self.answered("listing queues", self.queue_names()).await
+    }
+
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
+        let call = self.queue_status(queue);
+        self.answered("reading queue statistics", call).await
     }
 
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {

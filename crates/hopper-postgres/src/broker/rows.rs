@@ -1,5 +1,6 @@
 //! Jobs and job records, decoded from the rows of the statements that return them.
 
+use hopper_core::admin::{AttemptError, bounded_error};
 use hopper_core::job::{headers_for_record, headers_from_json};
 use hopper_core::{Job, JobId, JobRecord, JobState, LeaseId};
 use sqlx::Row;
@@ -37,6 +38,8 @@ fn read_job(row: &PgRow, lease: LeaseId, strict: bool) -> Result<Job, sqlx::Erro
     })
 }
 
+/// Decodes a job record from the columns of job_record.sql: the job's, then state,
+/// lease_id, last_error, errors, started_at and finished_at.
 pub(super) fn record_from_row(row: &PgRow) -> Result<JobRecord, sqlx::Error> {
     let state: i16 = row.try_get(9)?;
     let lease: Option<i64> = row.try_get(10)?;
@@ -55,8 +58,45 @@ pub(super) fn record_from_row(row: &PgRow) -> Result<JobRecord, sqlx::Error> {
         job: read_job(row, lease, false)?,
         state,
         last_error: row.try_get(11)?,
-        errors: Vec::new(),
-        started_at: None,
-        finished_at: None,
+        errors: history_for_record(row.try_get::<Option<String>, _>(12)?.as_deref()),
+        started_at: row.try_get(13)?,
+        finished_at: row.try_get(14)?,
     })
+}
+
+/// The error history as stored (`[{"attempt":N,"at":MS,"error":"..."}, …]`). Another
+/// program may have written something else there. Like headers that cannot be read
+/// ([`headers_for_record`]), what cannot be read is shown as it was stored, as an entry of
+/// attempt 0 (no attempt has that number): each such entry of the array, or the whole
+/// column when it is not an array. The record still lists, and the operator sees why.
+fn history_for_record(text: Option<&str>) -> Vec<AttemptError> {
+    let Some(text) = text else {
+        return Vec::new();
+    };
+    match serde_json::from_str::<Vec<serde_json::Value>>(text) {
+        Ok(entries) => entries
+            .iter()
+            .map(|e| read_entry(e).unwrap_or_else(|| unreadable_entry(&e.to_string())))
+            .collect(),
+        Err(_) => vec![unreadable_entry(text)],
+    }
+}
+
+fn read_entry(e: &serde_json::Value) -> Option<AttemptError> {
+    Some(AttemptError {
+        attempt: u32::try_from(e.get("attempt")?.as_u64()?).ok()?,
+        at: e.get("at")?.as_i64()?,
+        error: e.get("error")?.as_str()?.to_owned(),
+    })
+}
+
+fn unreadable_entry(stored: &str) -> AttemptError {
+    AttemptError {
+        attempt: 0,
+        at: 0,
+        error: format!(
+            "the error history cannot be read: {}",
+            bounded_error(stored)
+        ),
+    }
 }

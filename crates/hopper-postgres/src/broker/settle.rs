@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use hopper_core::admin::{ERROR_HISTORY, MAX_ERROR_BYTES, bounded_error};
 use hopper_core::{Error, JobId, Outcome, Result, SettleReport, Settlement};
 
 use super::PgBroker;
@@ -21,6 +22,8 @@ impl PgBroker {
             Vec::with_capacity(n),
             Vec::with_capacity(n),
         );
+        // The history's copies of the errors too long for it (see settle.sql).
+        let (mut cut_ids, mut cuts) = (Vec::new(), Vec::new());
         let mut requeues = false;
         for s in settlements {
             let (kind, delay, error) = outcome_kind(&s.outcome);
@@ -29,7 +32,11 @@ impl PgBroker {
             leases.push(s.lease.0);
             kinds.push(kind);
             delays.push(delay);
-            errors.push(error.map(str::to_owned));
+            if let Some(long) = error.filter(|e| e.len() > MAX_ERROR_BYTES) {
+                cut_ids.push(s.job.0);
+                cuts.push(bounded_error(long));
+            }
+            errors.push(error);
         }
         let pool = if self.inner.options.durable_settlements {
             &self.inner.conns
@@ -45,6 +52,9 @@ impl PgBroker {
             .bind(&errors)
             .bind(self.now())
             .bind(self.inner.options.keep_completed.is_some())
+            .bind(&cut_ids)
+            .bind(&cuts)
+            .bind(ERROR_HISTORY as i32)
             .fetch_all(held.conn())
             .await
         {

@@ -14,7 +14,7 @@ async fn an_unmigrated_schema_is_refused_with_what_to_run() {
         .to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema {schema} in {} is at version 0 but this build needs 4: run `hopper migrate --broker {}`",
+            "the hopper schema {schema} in {} is at version 0 but this build needs 5: run `hopper migrate --broker {}`",
             url(),
             url()
         )),
@@ -33,7 +33,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 4]);
+    assert_eq!(applied, [0, 5]);
     assert_eq!(
         hopper_postgres::migrate_with(&url, &options).await.unwrap(),
         0
@@ -48,7 +48,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
 async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
     let schema = unique_name("hopper_t");
     let with_schema = format!("{}?schema={schema}", url());
-    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 4);
+    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 5);
     let broker = PgBroker::connect(&with_schema).await.unwrap();
     assert_eq!(broker.schema(), schema);
     let debug = format!("{broker:?}");
@@ -135,4 +135,111 @@ async fn the_servers_message_is_in_the_first_line() {
         err.contains(&format!("database \"{missing}\" does not exist")),
         "{err}"
     );
+}
+
+/// A schema at version 4, as the release before the operator calls left it, holding jobs
+/// in every state, one dead letter without an end time (another program wrote it):
+/// `migrate` adds the error history, the paused queues and the index of finished jobs in
+/// listing order, and every job is still there to list, run, re-drive and discard.
+#[tokio::test]
+async fn a_schema_from_before_the_operator_calls_keeps_its_jobs() {
+    use hopper_core::{Broker, FetchRequest, JobId, JobQuery, JobState, ListState, Outcome};
+    use hopper_core::{Selection, Settlement};
+    use sqlx::Connection;
+
+    let options = super::support::schema_at(4).await;
+    let name = options.schema.clone();
+    let mut raw = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let jobs = format!(
+        "INSERT INTO {name}.hopper_jobs (id, queue, state, run_at, attempt, max_attempts,
+                                         payload, created_at, last_error, finished_at,
+                                         lease_id, lease_expires)
+         VALUES (1, 'q', 0, 0, 0, 5, 'pending', 0, NULL, NULL, NULL, NULL),
+                (2, 'q', 1, 0, 1, 5, 'leased', 0, NULL, NULL, 7, 9e15),
+                (3, 'q', 3, 0, 2, 2, 'dead', 0, 'boom', 5, NULL, NULL),
+                (4, 'q', 3, 0, 1, 1, 'dead, no end', 0, 'bang', NULL, NULL, NULL)"
+    );
+    sqlx::raw_sql(&jobs).execute(&mut raw).await.unwrap();
+    assert_eq!(
+        hopper_postgres::migrate_with(&url(), &options)
+            .await
+            .unwrap(),
+        1
+    );
+    let index: String = sqlx::query_scalar(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = $2",
+    )
+    .bind(&name)
+    .bind("hopper_jobs_finished")
+    .fetch_one(&mut raw)
+    .await
+    .unwrap();
+    assert!(index.contains("(queue, state, finished_at, id)"), "{index}");
+    raw.close().await.unwrap();
+
+    let broker = PgBroker::connect_with(&url(), options.listen(false))
+        .await
+        .unwrap();
+    let listed = |state| {
+        let broker = broker.clone();
+        async move {
+            let page = broker.list_jobs(&JobQuery::new("q", state, 10)).await;
+            let page = page.unwrap();
+            let ids: Vec<i64> = page.jobs.iter().map(|r| r.job.id.0).collect();
+            (ids, page.jobs)
+        }
+    };
+    let (dead, records) = listed(ListState::Dead).await;
+    assert_eq!(dead, [3, 4], "the one without an end time last");
+    assert!(
+        records
+            .iter()
+            .all(|r| r.errors.is_empty() && r.finished_at.is_some())
+    );
+    assert_eq!(records[0].last_error.as_deref(), Some("boom"));
+    assert_eq!(listed(ListState::Leased).await.0, [2]);
+    assert_eq!(listed(ListState::Pending).await.0, [1]);
+
+    let held = broker
+        .fetch(FetchRequest::one(
+            "q",
+            10,
+            std::time::Duration::from_secs(30),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(held.jobs.len(), 1);
+    let retry = Outcome::Retry {
+        delay: std::time::Duration::ZERO,
+        error: "first".into(),
+    };
+    broker
+        .settle(vec![Settlement {
+            job: JobId(1),
+            lease: held.lease,
+            outcome: retry,
+        }])
+        .await
+        .unwrap();
+    let rec = broker.job(JobId(1)).await.unwrap().unwrap();
+    let history: Vec<(u32, &str)> = rec
+        .errors
+        .iter()
+        .map(|e| (e.attempt, e.error.as_str()))
+        .collect();
+    assert_eq!(history, [(1, "first")]);
+
+    let oldest = Selection::Queue {
+        queue: "q".into(),
+        at_most: 1,
+    };
+    assert_eq!(broker.retry_dead(&oldest).await.unwrap(), 1);
+    let rec = broker.job(JobId(3)).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.job.attempt), (JobState::Pending, 0));
+    let discard = Selection::Jobs(vec![JobId(4)]);
+    assert_eq!(broker.discard_dead(&discard).await.unwrap(), 1);
+    assert!(broker.set_paused("p", true).await.unwrap());
+    assert_eq!(broker.queues().await.unwrap(), ["p", "q"]);
+    broker.close().await;
+    drop_schema(name);
 }

@@ -15,7 +15,7 @@ use sqlx::{Connection, PgConnection};
 use super::support::{broker_with, drop_schema, schema, url};
 
 /// Drops the test's schema when the test ends, however it ends.
-struct DropSchema(String);
+pub(super) struct DropSchema(String);
 
 impl Drop for DropSchema {
     fn drop(&mut self) {
@@ -25,13 +25,23 @@ impl Drop for DropSchema {
 
 /// `EXPLAIN (ANALYZE)` of one execution of `statement`, prepared as the broker prepares it
 /// and planned generically as the broker's connections plan it.
-async fn explain(conn: &mut PgConnection, name: &str, statement: &str, args: &str) -> String {
+pub(super) async fn explain(
+    conn: &mut PgConnection,
+    name: &str,
+    statement: &str,
+    args: &str,
+) -> String {
     sqlx::raw_sql(&format!("PREPARE {name} AS {statement}"))
         .execute(&mut *conn)
         .await
         .unwrap();
+    let args = if args.is_empty() {
+        String::new()
+    } else {
+        format!("({args})")
+    };
     let rows: Vec<(String,)> = sqlx::query_as(&format!(
-        "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) EXECUTE {name}({args})"
+        "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) EXECUTE {name}{args}"
     ))
     .fetch_all(&mut *conn)
     .await
@@ -42,7 +52,7 @@ async fn explain(conn: &mut PgConnection, name: &str, statement: &str, args: &st
 /// The most rows any node of `plan` read and threw away. A statement that reads by key
 /// throws away at most the batch it was given (100); one that walks the 2,000 leased or
 /// 20,000 pending jobs throws away thousands.
-fn most_removed(plan: &str) -> u64 {
+pub(super) fn most_removed(plan: &str) -> u64 {
     plan.lines()
         .filter_map(|l| l.trim().strip_prefix("Rows Removed by "))
         .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
@@ -78,7 +88,7 @@ async fn leased_by(conn: &mut PgConnection, schema: &str, lease: i64) -> i64 {
     .unwrap()
 }
 
-fn rendered(template: &str, schema: &str) -> String {
+pub(super) fn rendered(template: &str, schema: &str) -> String {
     template.replace("{schema}", schema)
 }
 
@@ -99,7 +109,7 @@ async fn claims_and_settlements_read_jobs_by_key_under_misleading_statistics() {
         &mut conn,
         "claim",
         &claim,
-        "'{q}', '{100}', NULL, 8, 60000, true, 100",
+        "'{q}', '{100}', NULL, 8, 60000, true, 100, 20",
     )
     .await;
     assert_reads_by_key(&plan, "a claim", "Index Cond: (id = ANY");
@@ -110,7 +120,7 @@ async fn claims_and_settlements_read_jobs_by_key_under_misleading_statistics() {
     let settle = rendered(include_str!("../../sql/settle.sql"), &schema);
     let ids: Vec<String> = (1..=100).map(|i| i.to_string()).collect();
     let args = format!(
-        "'{{{}}}', '{{{}}}', '{{{}}}', '{{{}}}', '{{}}', NULL, false",
+        "'{{{}}}', '{{{}}}', '{{{}}}', '{{{}}}', '{{}}', NULL, false, '{{}}', '{{}}', 20",
         ids.join(","),
         vec!["7"; 100].join(","),
         vec!["0"; 100].join(","),
@@ -124,7 +134,7 @@ async fn claims_and_settlements_read_jobs_by_key_under_misleading_statistics() {
 }
 
 /// The pages the whole statement read: the first (outermost) `Buffers:` line of `plan`.
-fn pages_read(plan: &str) -> u64 {
+pub(super) fn pages_read(plan: &str) -> u64 {
     let line = plan
         .lines()
         .find(|l| l.trim().starts_with("Buffers: shared"))
@@ -139,7 +149,7 @@ fn pages_read(plan: &str) -> u64 {
 /// A fresh schema whose jobs table holds `rows`: `(priority, run_at, how many)`, each
 /// group's priorities and times given as SQL over `i` (1..=how many); vacuumed and analyzed.
 /// Returns the schema (dropped with the guard) and a connection planning as the broker's do.
-async fn filled(rows: &[(&str, &str, u32)]) -> (String, DropSchema, PgConnection) {
+pub(super) async fn filled(rows: &[(&str, &str, u32)]) -> (String, DropSchema, PgConnection) {
     let schema = schema().await.schema;
     let guard = DropSchema(schema.clone());
     let mut conn = PgConnection::connect(&url()).await.unwrap();
@@ -176,7 +186,7 @@ async fn a_claim_reads_due_jobs_by_range_however_many_are_delayed() {
     let run = |lease: i64| {
         format!(
             "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) \
-             EXECUTE claim('{{q}}', '{{40}}', NULL, {lease}, 60000, false, 40)"
+             EXECUTE claim('{{q}}', '{{40}}', NULL, {lease}, 60000, false, 40, 20)"
         )
     };
     let plan: String = sqlx::query_scalar::<_, String>(&run(8))
@@ -218,7 +228,7 @@ async fn a_claim_looks_up_only_the_priority_levels_it_takes_from() {
         &mut conn,
         "claim",
         &claim,
-        "'{q}', '{100}', NULL, 8, 60000, false, 100",
+        "'{q}', '{100}', NULL, 8, 60000, false, 100, 20",
     )
     .await;
     let top: (i64, i32, i32) = sqlx::query_as(&format!(

@@ -42,6 +42,40 @@ pub async fn schema() -> PgOptions {
     options
 }
 
+/// The crate's migrations, to make a schema as an earlier release left it.
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/0001_create_jobs.sql"),
+    include_str!("../../migrations/0002_one_lease_index.sql"),
+    include_str!("../../migrations/0003_no_vacuum_truncate.sql"),
+    include_str!("../../migrations/0004_range_checks.sql"),
+    include_str!("../../migrations/0005_operator_calls.sql"),
+];
+
+/// A schema of its own migrated to `version` only, as the release that shipped that
+/// version left it, for `migrate` to bring up from there. The caller drops it.
+pub async fn schema_at(version: usize) -> PgOptions {
+    use sqlx::Connection;
+    let schema = unique_name("hopper_t");
+    let mut conn = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let mut setup = format!(
+        "CREATE SCHEMA {schema};
+         CREATE TABLE {schema}.hopper_migrations (
+             version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );"
+    );
+    for (i, migration) in MIGRATIONS[..version].iter().enumerate() {
+        setup.push_str(&migration.replace("{schema}", &schema));
+        setup.push_str(&format!(
+            ";\nINSERT INTO {schema}.hopper_migrations (version) VALUES ({});\n",
+            i + 1
+        ));
+    }
+    sqlx::raw_sql(&setup).execute(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+    PgOptions::default().schema(schema)
+}
+
 /// A broker in a fresh schema, with `options` adjusted by `f`, that drops its schema when
 /// the last handle goes.
 pub async fn broker_with(f: impl FnOnce(PgOptions) -> PgOptions) -> (Arc<dyn Broker>, PgBroker) {

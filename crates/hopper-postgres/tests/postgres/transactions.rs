@@ -1,8 +1,12 @@
-//! Enqueue inside the caller's transaction; the database clock; retention of completed jobs.
+//! Enqueue inside the caller's transaction; the database clock; retention of completed jobs,
+//! and their listing.
 
 use std::time::{Duration, SystemTime};
 
-use hopper_core::{Error, FetchRequest, JobState, NewJob, Outcome, Settlement, job::to_millis};
+use hopper_core::{
+    CancelOutcome, Error, FetchRequest, JobQuery, JobState, ListState, NewJob, Outcome, Settlement,
+    job::to_millis,
+};
 use sqlx::Connection;
 
 use super::support::{broker_with, url};
@@ -128,4 +132,33 @@ async fn completed_jobs_can_be_kept_for_a_retention_period() {
     let rec = broker.job(ids[0]).await.unwrap().unwrap();
     assert_eq!(rec.state, JobState::Completed);
     assert_eq!(rec.job.attempt, 1);
+
+    // Kept and cancelled jobs list by the time they ended.
+    let more = broker
+        .enqueue(vec![
+            NewJob::json("q", &2).unwrap(),
+            NewJob::json("q", &3).unwrap(),
+        ])
+        .await
+        .unwrap();
+    for id in &more {
+        assert_eq!(broker.cancel(*id).await.unwrap(), CancelOutcome::Cancelled);
+    }
+    let listed = |state, newest_first| {
+        let mut query = JobQuery::new("q", state, 10);
+        query.newest_first = newest_first;
+        let broker = broker.clone();
+        async move {
+            let page = broker.list_jobs(&query).await.unwrap();
+            assert!(
+                page.jobs.iter().all(|r| r.finished_at.is_some()),
+                "{page:?}"
+            );
+            page.jobs.iter().map(|r| r.job.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed(ListState::Completed, false).await, [ids[0]]);
+    assert_eq!(listed(ListState::Cancelled, false).await, more);
+    let newest: Vec<_> = more.iter().rev().copied().collect();
+    assert_eq!(listed(ListState::Cancelled, true).await, newest);
 }

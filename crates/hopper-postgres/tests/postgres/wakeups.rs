@@ -1,10 +1,12 @@
-//! LISTEN/NOTIFY: an idle worker finds a job enqueued by another process within a round
-//! trip, not a poll tick.
+//! LISTEN/NOTIFY: an idle worker finds a job enqueued, re-driven or resumed by another
+//! process within a round trip, not a poll tick.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hopper_core::{Broker, JobContext, NewJob, QueueOptions, Worker};
+use hopper_core::{
+    Broker, FetchRequest, JobContext, NewJob, Outcome, QueueOptions, Selection, Settlement, Worker,
+};
 use tokio::sync::mpsc;
 
 use super::support::{broker_with, url};
@@ -70,4 +72,59 @@ async fn an_idle_worker_wakes_on_notify_from_another_connection() {
     );
     producer.close().await;
     drop(Arc::clone(&broker));
+}
+
+/// Re-driven dead letters and a resumed queue wake the workers of every process, as an
+/// enqueue does: another broker's wake signal changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_drive_or_a_resume_by_another_process_wakes_idle_workers() {
+    let (broker, pg) = broker_with(|o| o).await;
+    let operator = hopper_postgres::PgBroker::connect_with(
+        &url(),
+        hopper_postgres::PgOptions::default()
+            .schema(pg.schema())
+            .listen(false),
+    )
+    .await
+    .unwrap();
+    let id = broker
+        .enqueue(vec![NewJob::json("q", &1).unwrap().max_attempts(1)])
+        .await
+        .unwrap()[0];
+    let held = broker
+        .fetch(FetchRequest::one("q", 1, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let dead = Outcome::DeadLetter {
+        error: "boom".into(),
+    };
+    broker
+        .settle(vec![Settlement {
+            job: id,
+            lease: held.lease,
+            outcome: dead,
+        }])
+        .await
+        .unwrap();
+    let mut wake = broker.wake_signal().expect("a wake signal");
+    // Past the listener's own wake-ups: connecting, and the enqueue above.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    wake.borrow_and_update();
+
+    let retried = operator.retry_dead(&Selection::Jobs(vec![id])).await;
+    assert_eq!(retried.unwrap(), 1);
+    tokio::time::timeout(Duration::from_secs(10), wake.changed())
+        .await
+        .expect("woken by the re-drive")
+        .unwrap();
+
+    assert!(operator.set_paused("q", true).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    wake.borrow_and_update();
+    assert!(operator.set_paused("q", false).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(10), wake.changed())
+        .await
+        .expect("woken by the resume")
+        .unwrap();
+    operator.close().await;
 }
