@@ -54,6 +54,11 @@ pub async fn run(url: &str, args: EnqueueArgs) -> Result<ExitCode> {
         }
     };
     let broker = hopper::connect(url).await?;
+    // Only a bulk load from standard input is long enough to want a bar.
+    let bar = match args.payload {
+        Some(_) => indicatif::ProgressBar::hidden(),
+        None => crate::report::progress(payloads.len() as u64, "jobs enqueued"),
+    };
     for chunk in payloads.chunks(CHUNK) {
         let jobs = chunk
             .iter()
@@ -65,7 +70,9 @@ pub async fn run(url: &str, args: EnqueueArgs) -> Result<ExitCode> {
         for id in broker.enqueue(jobs).await? {
             println!("{id}");
         }
+        bar.inc(chunk.len() as u64);
     }
+    bar.finish_and_clear();
     Ok(ExitCode::SUCCESS)
 }
 

@@ -34,6 +34,15 @@ const STRIPE: usize = 64;
 /// [`Tally::started`]).
 const LATENCY_SAMPLES: usize = 65_536;
 
+/// What `hopper load --instrument` turns on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Instrument {
+    /// A metrics recorder.
+    Metrics,
+    /// A metrics recorder, and job and fetch spans.
+    All,
+}
+
 #[derive(Debug, Args)]
 pub struct LoadArgs {
     /// Jobs to enqueue and drain.
@@ -63,10 +72,10 @@ pub struct LoadArgs {
     /// Worker runtimes, each with its own broker connection.
     #[arg(long, default_value_t = 1)]
     workers: usize,
-    /// Record the worker's metrics (kept, not served) and its job and fetch spans (at
-    /// `info`, through the log subscriber), to measure what instrumentation costs.
-    #[arg(long)]
-    pub instrument: bool,
+    /// Record the worker's metrics (kept, not served), and with `all` its job and fetch
+    /// spans too (at `info`, through the log subscriber): to measure what that costs.
+    #[arg(long, value_enum)]
+    pub instrument: Option<Instrument>,
     /// Use a batch handler taking batches of this size.
     #[arg(long)]
     batch: Option<usize>,
@@ -259,7 +268,10 @@ async fn refuse_unless_empty(broker: &Arc<dyn Broker>, queue: &str) -> Result<()
 /// Runs the load and prints the report; exit 1 when a job was lost.
 pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     validate(&args)?;
-    let _recorder = args.instrument.then(crate::metrics::record).transpose()?;
+    let _recorder = args
+        .instrument
+        .map(|_| crate::metrics::record())
+        .transpose()?;
     let producer = hopper::connect(url).await?;
     let tally = Arc::new(Tally::new(args.jobs));
     // Every worker's settings are checked before anything is enqueued or purged.
@@ -304,10 +316,12 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     let stall = Duration::from_secs(30) + Duration::from_millis(args.job_ms * 4);
     let mut last = 0;
     let mut last_progress = Instant::now();
+    let bar = crate::report::progress(tally.total, "jobs run");
     loop {
         let waited =
             tokio::time::timeout(Duration::from_millis(200), tally.all_seen.notified()).await;
         let distinct = tally.distinct();
+        bar.set_position(distinct);
         if waited.is_ok() || distinct >= tally.total {
             break;
         }
@@ -322,6 +336,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
             break;
         }
     }
+    bar.finish_and_clear();
     let drain_s = drain_started.elapsed().as_secs_f64();
     if let Some(producer) = steady {
         enqueue_s = joined(Some(producer.await))?;

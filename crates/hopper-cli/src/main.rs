@@ -134,7 +134,7 @@ fn init_logs(format: LogFormat, spans: bool) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let spans = matches!(&cli.command, Command::Load(args) if args.instrument);
+    let spans = matches!(&cli.command, Command::Load(args) if args.instrument == Some(load::Instrument::All));
     init_logs(cli.log_format, spans);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

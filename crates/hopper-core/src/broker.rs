@@ -402,8 +402,11 @@ pub trait Broker: Send + Sync + Debug + 'static {
     /// [`enqueue_checked`](Broker::enqueue_checked) instead.
     async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
         let limits = self.limits();
-        self.enqueue_checked(CheckedJobs::check_within(jobs, &limits)?)
-            .await
+        let checked = CheckedJobs::check_within(jobs, &limits)?;
+        let counted = crate::worker::count_enqueued(self.capabilities().name, &checked);
+        let ids = self.enqueue_checked(checked).await?;
+        counted.commit();
+        Ok(ids)
     }
 
     /// Stores jobs already checked, all in one round trip, and returns their ids in order.

@@ -78,6 +78,7 @@ async fn counters_and_histograms_match_the_run() {
             other => panic!("unexpected {name}: {other:?}"),
         }
     }
+    assert_eq!(counters["hopper_jobs_enqueued_total"], 10);
     assert_eq!(counters["hopper_jobs_completed_total"], 6);
     assert_eq!(counters["hopper_jobs_retried_total"], 4);
     assert_eq!(counters["hopper_jobs_dead_total"], 4);
