@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use comfy_table::Table;
 use hopper::{
-    Broker, ConfigError, Cursor, JobId, JobQuery, JobRecord, JobState, ListState, Result,
+    Broker, CancelOutcome, ConfigError, Cursor, JobId, JobQuery, JobRecord, JobState, ListState,
+    Result,
 };
 
 use crate::report::{payload_text, table, time};
@@ -36,6 +37,12 @@ pub enum JobsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Cancel a job that has not started: it never runs. A job a worker holds is not
+    /// stopped; the command says which lease holds it.
+    Cancel {
+        /// The job's id.
+        id: String,
+    },
     /// One job: state, attempts, times, headers, payload and the error of each attempt.
     Show {
         /// The job's id, as `enqueue` printed it.
@@ -58,6 +65,7 @@ pub fn parse_id(text: &str) -> Result<JobId> {
 pub async fn run(url: &str, command: JobsCommand) -> Result<ExitCode> {
     match command {
         JobsCommand::Show { id, json } => show(url, parse_id(&id)?, json).await,
+        JobsCommand::Cancel { id } => cancel(url, parse_id(&id)?).await,
         JobsCommand::List {
             queue,
             state,
@@ -110,6 +118,24 @@ async fn only_queue(broker: &dyn Broker) -> Result<String> {
             format!("one of the broker's queues: {}", many.join(", ")),
         )
         .into()),
+    }
+}
+
+async fn cancel(url: &str, id: JobId) -> Result<ExitCode> {
+    let broker = hopper::connect(url).await?;
+    match broker.cancel(id).await? {
+        CancelOutcome::Cancelled => {
+            println!("job {id}: cancelled");
+            Ok(ExitCode::SUCCESS)
+        }
+        CancelOutcome::Held(lease) => {
+            eprintln!("error: job {id} is running under lease {lease}; it was not cancelled");
+            Ok(ExitCode::FAILURE)
+        }
+        CancelOutcome::NotFound => {
+            eprintln!("error: no pending job {id} in {}", hopper::redact_url(url));
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
 

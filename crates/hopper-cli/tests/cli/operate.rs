@@ -249,5 +249,14 @@ fn bad_input_to_the_operator_commands_changes_nothing() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
     assert_eq!(stats(&url, "q"), (1, 0, 0, 0), "nothing changed");
+    let later = ok(&url, &["enqueue", "q", "2", "--delay", "1h"], None);
+    let later = later.trim();
+    assert_eq!(
+        ok(&url, &["jobs", "cancel", later], None),
+        format!("job {later}: cancelled\n")
+    );
+    let again = hopper(&["--broker", &url, "jobs", "cancel", later]);
+    assert_eq!(again.status.code(), Some(1), "cancelling twice");
+    assert_eq!(stats(&url, "q"), (1, 0, 0, 0), "the delayed job is gone");
     let _ = std::fs::remove_dir_all(dir);
 }
