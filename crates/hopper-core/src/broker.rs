@@ -403,7 +403,7 @@ pub trait Broker: Send + Sync + Debug + 'static {
     async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
         let limits = self.limits();
         let checked = CheckedJobs::check_within(jobs, &limits)?;
-        let counted = crate::worker::count_enqueued(self.capabilities().name, &checked);
+        let counted = crate::metering::count_enqueued(self.capabilities().name, &checked);
         let ids = self.enqueue_checked(checked).await?;
         counted.commit();
         Ok(ids)

@@ -9,6 +9,7 @@
 //! - [`prefetch`]: the fetch policies ([`Prefetch`]) and the adaptive [`AutoSizer`].
 //! - [`retry`]: [`RetryPolicy`], exponential backoff with jitter.
 //! - [`worker`]: the [`Worker`] runtime: event loop, elastic pool, settlements, leases.
+//! - `metering`: the enqueue counter, and whether a metrics recorder is installed.
 //! - [`memory`]: the in-process broker and its topics.
 //! - [`clock`]: where brokers read the time, so tests can run on tokio's paused clock.
 //! - [`url`]: [`redact_url`], so passwords in broker URLs never reach logs.
@@ -22,6 +23,7 @@ pub mod error;
 pub mod id;
 pub mod job;
 pub mod memory;
+mod metering;
 pub mod prefetch;
 pub mod retry;
 pub mod url;

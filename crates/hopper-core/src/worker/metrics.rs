@@ -76,18 +76,10 @@ impl QueueMeters {
     }
 }
 
-/// Whether a recorder is installed here. The facade cannot say; the recorder it falls
-/// back to without one is a zero-sized type, and real recorders keep state. A zero-sized
-/// recorder of a program's own still gets every counter a worker registers, but not the
-/// per-job histograms nor the enqueue counts.
-fn recording() -> bool {
-    metrics::with_recorder(|r| std::mem::size_of_val(r) != 0)
-}
-
 /// The worker's handles not tied to a queue.
 #[derive(Debug)]
 pub(crate) struct WorkerMeters {
-    /// Whether a recorder was installed when the worker started ([`recording`]), so
+    /// Whether a recorder was installed when the worker started ([`recording`](crate::metering::recording)), so
     /// that the per-job histograms are worth their arithmetic (a few dozen instructions a
     /// job, which a drain of tiny jobs feels).
     pub(crate) per_job: bool,
@@ -100,7 +92,7 @@ impl WorkerMeters {
     pub(crate) fn new(broker: &'static str) -> Self {
         let labels = [("broker", broker)];
         WorkerMeters {
-            per_job: recording(),
+            per_job: crate::metering::recording(),
             fenced: counter!("hopper_settlements_fenced_total", &labels),
             renewals: counter!("hopper_lease_renewals_total", &labels),
             leases_lost: counter!("hopper_leases_lost_total", &labels),
@@ -182,39 +174,4 @@ pub async fn sample_queue_metrics(broker: Arc<dyn Broker>, queues: Vec<String>, 
             gauge!("hopper_queue_paused", &labels).set(if status.paused { 1.0 } else { 0.0 });
         }
     }
-}
-
-/// Jobs of one enqueue call by queue, counted once the broker accepted them.
-#[derive(Debug)]
-pub(crate) struct EnqueueCount(Vec<(Counter, u64)>);
-
-impl EnqueueCount {
-    /// Adds the jobs to `hopper_jobs_enqueued_total`.
-    pub(crate) fn commit(self) {
-        for (counter, n) in self.0 {
-            counter.increment(n);
-        }
-    }
-}
-
-/// The counts one enqueue call adds, by runs of jobs of one queue (one run, usually).
-/// Nothing is registered without a recorder: an enqueue of one job on the memory broker
-/// takes about as long as building a labelled key would.
-pub(crate) fn count_enqueued(broker: &'static str, jobs: &[crate::job::NewJob]) -> EnqueueCount {
-    if !recording() {
-        return EnqueueCount(Vec::new());
-    }
-    let mut runs: Vec<(Counter, u64)> = Vec::new();
-    let mut last: Option<&str> = None;
-    for job in jobs {
-        match (last, runs.last_mut()) {
-            (Some(q), Some((_, n))) if q == job.queue => *n += 1,
-            _ => {
-                let labels = [("queue", job.queue.clone()), ("broker", broker.to_owned())];
-                runs.push((counter!("hopper_jobs_enqueued_total", &labels), 1));
-                last = Some(&job.queue);
-            }
-        }
-    }
-    EnqueueCount(runs)
 }

@@ -30,7 +30,6 @@ use std::time::Duration;
 pub use builder::WorkerBuilder;
 pub use handle::{Worker, WorkerCounts};
 pub use handler::{JobContext, JobError, JobResult};
-pub(crate) use metrics::count_enqueued;
 pub use metrics::sample_queue_metrics;
 pub use options::QueueOptions;
 pub(crate) use options::{QueueSpec, WorkerConfig};
