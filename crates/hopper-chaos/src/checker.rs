@@ -138,15 +138,23 @@ pub fn unix_micros(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// Every run line of one log file. A torn last line cannot happen (one `write` per line),
-/// so a line that does not parse is a bug and panics.
+/// The complete lines of a log a process may still be appending to: a read beside a write
+/// can see part of it (one `write` per line keeps writers from interleaving, not readers
+/// from seeing a line half copied), so text after the last newline is left for later.
+fn complete_lines(text: &str) -> &str {
+    text.rfind('\n').map_or("", |end| &text[..=end])
+}
+
+/// Every complete run line of one log file. Lines never interleave (one `write` per line),
+/// so a complete line that does not parse is a bug and panics.
 pub fn read_log(path: &Path) -> Vec<RunLine> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
         Err(e) => panic!("reading {}: {e}", path.display()),
     };
-    text.lines()
+    complete_lines(&text)
+        .lines()
         .filter(|l| RunEnd::parse(l).is_none())
         .map(|l| {
             RunLine::parse(l).unwrap_or_else(|| panic!("bad line {l:?} in {}", path.display()))
@@ -156,8 +164,8 @@ pub fn read_log(path: &Path) -> Vec<RunLine> {
 
 /// The ends of runs of one log file ([`RunEnd`]).
 pub fn read_ends(path: &Path) -> Vec<RunEnd> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    complete_lines(&text)
         .lines()
         .filter_map(RunEnd::parse)
         .collect()
@@ -321,6 +329,13 @@ pub fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_still_being_written_is_left_for_later() {
+        assert_eq!(complete_lines("a 1\nb 2\n253"), "a 1\nb 2\n");
+        assert_eq!(complete_lines("a 1\n"), "a 1\n");
+        assert_eq!(complete_lines("253"), "");
+    }
 
     fn line(id: u64) -> RunLine {
         RunLine {
