@@ -41,6 +41,8 @@
 //! - `amqp_enqueue`: the RabbitMQ enqueue row, beside lapin publishing without confirms.
 //! - `latency`: the idle latency rows, PostgreSQL's beside a raw listener.
 //! - `idle`: the idle round-trip rows.
+//! - `instrument`: drains with a metrics recorder, and with spans, beside the same drains
+//!   without.
 //! - `rtt`: the rows at a distance: a proxy per server and round trip, their job counts,
 //!   labels, and rates against 0 ms.
 //! - `scratch`: scratch schemas and databases, and the bench's own server connections.
@@ -51,6 +53,7 @@ mod amqp;
 mod amqp_enqueue;
 mod claim_delete;
 mod idle;
+mod instrument;
 mod latency;
 pub mod load;
 pub mod measure;
@@ -67,6 +70,7 @@ use hopper::{Error, Result};
 use crate::amqp::amqp_row;
 use crate::amqp_enqueue::amqp_enqueue_row;
 use crate::idle::{IDLE_WATCHED, IDLE_WATCHED_MIN, idle_round_trips};
+use crate::instrument::instrumentation_rows;
 use crate::latency::{idle_latency, pg_idle_latency};
 use crate::load::{hopper_load, hopper_load_with};
 use crate::raw::{raw_broker_loop, raw_mpsc};
@@ -76,16 +80,24 @@ use crate::sql::SqlDrain;
 use crate::table::{Row, print_table};
 
 /// What `--only` accepts.
-const WORKLOADS: [&str; 8] = [
-    "memory", "sqlite", "postgres", "mysql", "amqp", "latency", "idle", "rss",
+const WORKLOADS: [&str; 9] = [
+    "memory",
+    "sqlite",
+    "postgres",
+    "mysql",
+    "amqp",
+    "latency",
+    "idle",
+    "rss",
+    "instrument",
 ];
 
 /// What to measure and where: `hopper bench`'s flags. [`run`]'s errors name a setting by
 /// its flag (`--only`, `--scale`).
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Workloads to run: any of memory, sqlite, postgres, mysql, amqp, latency, idle, rss
-    /// (`--only`). The rows come in that order whatever the order asked.
+    /// Workloads to run: any of memory, sqlite, postgres, mysql, amqp, latency, idle, rss,
+    /// instrument (`--only`). The rows come in that order whatever the order asked.
     pub only: Vec<String>,
     /// The PostgreSQL server; each run uses a scratch schema of its own (the idle rows a
     /// scratch database).
@@ -268,6 +280,11 @@ pub async fn run(options: Options) -> Result<()> {
         let watch = IDLE_WATCHED.mul_f64(options.scale).max(IDLE_WATCHED_MIN);
         rows.push(idle_round_trips("postgres", &options.postgres, watch).await?);
         rows.push(idle_round_trips("mysql", &options.mysql, watch).await?);
+    }
+    if wants("instrument") {
+        let (memory, pg) = (n(1_000_000), n(100_000));
+        let found = instrumentation_rows(&options.postgres, memory, pg, rounds, sql_rounds).await?;
+        rows.extend(found);
     }
     if wants("rss") {
         let url = format!("sqlite://{}/rss.db", dir.display());

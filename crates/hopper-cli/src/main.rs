@@ -14,6 +14,7 @@
 //! - `migrate`: bring a SQL broker's schema up to date (`hopper migrate`).
 //! - `report`: tables, times, payloads and progress bars shared by the commands.
 //! - `work`: a worker that runs a command per job, for any language (`hopper work`).
+//! - `workers`: the live workers a broker lists (`hopper workers`).
 
 mod bench;
 mod dead;
@@ -28,6 +29,7 @@ mod report;
 mod stats;
 mod steady;
 mod work;
+mod workers;
 
 use std::process::ExitCode;
 
@@ -40,7 +42,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "hopper",
     version,
-    about = "Background jobs and messages: enqueue and work jobs; list, retry and discard them; pause, resume and purge queues; demonstrate, load-test, benchmark and migrate brokers",
+    about = "Background jobs and messages: enqueue and work jobs; list, retry and discard them; pause, resume and purge queues; list live workers; demonstrate, load-test, benchmark and migrate brokers",
     after_help = "Exit codes: 0 done; 1 the operation failed (a broker error, a lost job, a \
                   failed check); 2 bad usage (an unknown command or flag, a value refused).\n\
                   Logs go to standard error: RUST_LOG sets what is logged (default `warn`; \
@@ -75,7 +77,7 @@ enum Command {
     Demo,
     /// Enqueue jobs: one from the arguments, or one per line of JSON on standard input.
     Enqueue(enqueue::EnqueueArgs),
-    /// Every queue's jobs by state, lag and pause, once or redrawn (`--watch`).
+    /// Every queue's jobs by state, lag, pause and throughput, once or redrawn (`--watch`).
     Stats(stats::StatsArgs),
     /// List a queue's jobs by state, or show one job with the error of each attempt.
     Jobs {
@@ -94,6 +96,8 @@ enum Command {
     },
     /// Work queues by running a command per job (payload on its standard input).
     Work(work::WorkArgs),
+    /// The live workers: host, pid, queues, what they hold, their last report.
+    Workers(workers::WorkersArgs),
     /// Enqueue a backlog, drain it with one or more workers, and report the figures.
     Load(load::LoadArgs),
     /// Run the performance matrix: raw baselines beside Hopper, one table (BENCHMARKS.md).
@@ -155,6 +159,7 @@ fn main() -> ExitCode {
             Command::Dead { command } => dead::run(&cli.broker, command).await,
             Command::Queue { command } => queue::run(&cli.broker, command).await,
             Command::Work(args) => work::run(&cli.broker, args).await,
+            Command::Workers(args) => workers::run(&cli.broker, args).await,
             Command::Load(args) => load::run(&own_queues(&cli.broker), args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Migrate => migrate::run(&cli.broker).await,

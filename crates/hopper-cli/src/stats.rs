@@ -94,6 +94,7 @@ fn render(rows: &[QueueStatus]) -> String {
         "done/min",
         "failed/min",
         "dead/min",
+        "done/hour",
     ]);
     for s in rows {
         let c = s.counts;
@@ -108,6 +109,7 @@ fn render(rows: &[QueueStatus]) -> String {
             rate(s.last_minute, |t| t.completed),
             rate(s.last_minute, |t| t.failed),
             rate(s.last_minute, |t| t.dead),
+            rate(s.last_hour, |t| t.completed),
         ]);
     }
     t.to_string()

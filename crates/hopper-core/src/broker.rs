@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use crate::admin::{AttemptError, JobPage, JobQuery, QueueStatus, Selection};
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, LeaseId, Limits, Millis, NewJob};
+use crate::registry::{Bucket, WorkerBeat, WorkerInfo};
 
 /// How many jobs one fetch may take from one queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,8 +229,11 @@ pub struct AdminCalls {
     pub pause: bool,
     /// [`Broker::queues`] and [`Broker::queue_stats`].
     pub stats: bool,
-    /// Throughput over the last minute and hour in [`QueueStatus`].
+    /// Throughput over the last minute and hour in [`QueueStatus`], and
+    /// [`Broker::throughput`].
     pub throughput: bool,
+    /// [`Broker::heartbeat`], [`Broker::deregister`] and [`Broker::workers`]: live workers.
+    pub workers: bool,
 }
 
 impl AdminCalls {
@@ -239,7 +243,8 @@ impl AdminCalls {
         redrive: true,
         pause: true,
         stats: true,
-        throughput: false,
+        throughput: true,
+        workers: true,
     };
 
     /// What a broker that holds messages rather than records can do (RabbitMQ): depths,
@@ -250,6 +255,7 @@ impl AdminCalls {
         pause: true,
         stats: true,
         throughput: false,
+        workers: false,
     };
 
     /// None of them.
@@ -259,6 +265,7 @@ impl AdminCalls {
         pause: false,
         stats: false,
         throughput: false,
+        workers: false,
     };
 }
 
@@ -476,6 +483,31 @@ pub trait Broker: Send + Sync + Debug + 'static {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
         let _ = queue;
         Err(self.not_supported("queue statistics"))
+    }
+
+    /// Records a worker's report ([`crate::registry`]): lists the worker until the report's
+    /// `ttl` passes, and adds what it settled to its queues' throughput buckets.
+    async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {
+        let _ = beat;
+        Err(self.not_supported("registering workers"))
+    }
+
+    /// Removes a worker that stopped; `false` when it was not listed.
+    async fn deregister(&self, worker: &str) -> Result<bool> {
+        let _ = worker;
+        Err(self.not_supported("registering workers"))
+    }
+
+    /// The workers whose latest report has not expired, oldest first.
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        Err(self.not_supported("listing workers"))
+    }
+
+    /// A queue's throughput over the last hour, one [`Bucket`] per
+    /// [`BUCKET`](crate::registry::BUCKET) that settled anything, oldest first.
+    async fn throughput(&self, queue: &str) -> Result<Vec<Bucket>> {
+        let _ = queue;
+        Err(self.not_supported("throughput"))
     }
 
     /// The error for a call this broker does not serve.

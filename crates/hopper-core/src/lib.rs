@@ -25,6 +25,7 @@ pub mod job;
 pub mod memory;
 mod metering;
 pub mod prefetch;
+pub mod registry;
 pub mod retry;
 pub mod url;
 pub mod worker;
@@ -42,6 +43,7 @@ pub use error::{Chain, ConfigError, Error, Result};
 pub use job::{Job, JobCopy, JobId, LeaseId, Limits, Millis, NewJob, RunAt};
 pub use memory::MemoryBroker;
 pub use prefetch::{AutoSizer, Prefetch};
+pub use registry::{Bucket, QueueBeat, WorkerBeat, WorkerInfo};
 pub use retry::RetryPolicy;
 pub use url::{BrokerUrl, redact_url};
 pub use worker::{

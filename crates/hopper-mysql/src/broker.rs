@@ -10,9 +10,11 @@ use async_trait::async_trait;
 use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection, lag_since};
 use hopper_core::clock::Pace;
 use hopper_core::job::{to_millis, validate_queue_name};
+use hopper_core::registry::windows;
 use hopper_core::{
-    AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, Error, FetchRequest,
-    Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
+    AdminCalls, Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, Error,
+    FetchRequest, Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport,
+    Settlement, WorkerBeat, WorkerInfo,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -51,6 +53,8 @@ struct Inner {
     /// Returning expired leases, at most once a [`REAP_EVERY_MS`] (by this broker's own
     /// reading of time).
     reap_pace: Pace,
+    /// Deleting expired workers and throughput buckets, at most once a minute.
+    prune_pace: Pace,
     /// Whether the server accepts every budget of a fetch in one UNION ALL statement.
     union_claims: AtomicBool,
     /// The queues whose last claim here came back short. Their next claim first looks up
@@ -143,6 +147,7 @@ impl MySqlBroker {
                 wake,
                 poller,
                 reap_pace: Pace::new(REAP_EVERY_MS),
+                prune_pace: Pace::new(60_000),
                 union_claims: AtomicBool::new(true),
                 by_levels: Mutex::new(HashSet::new()),
                 quiet_since: AtomicU64::new(0),
@@ -455,23 +460,73 @@ impl Broker for MySqlBroker {
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
         let now = self.now();
-        let (counts, state) = run!(
+        let (counts, state, buckets) = run!(
             &self.inner.conns,
             "reading queue statistics",
             Repeat::Safe,
             |conn| async {
                 let counts = queries::counts(conn, queue, now).await?;
-                Ok((counts, queries::queue_state(conn, queue, now).await?))
+                let state = queries::queue_state(conn, queue, now).await?;
+                // Against the clock the state was read at, as the windows are.
+                let buckets = queries::buckets(conn, queue, Some(state.now)).await?;
+                Ok((counts, state, buckets))
             }
         )?;
+        let (last_minute, last_hour) = windows(&buckets, state.now);
         Ok(QueueStatus {
             queue: queue.to_owned(),
             counts,
             paused: state.paused,
             lag: lag_since(state.oldest_due, state.now),
-            last_minute: None,
-            last_hour: None,
+            last_minute: Some(last_minute),
+            last_hour: Some(last_hour),
         })
+    }
+
+    async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {
+        let (beat, now) = (queries::Beat::new(beat)?, self.now());
+        let prune = {
+            let at = now.unwrap_or_else(|| to_millis(SystemTime::now()));
+            self.inner.prune_pace.due(at)
+        };
+        if !prune && !beat.settled_any() {
+            return run!(
+                &self.inner.conns,
+                "recording a worker heartbeat",
+                Repeat::Safe,
+                |conn| { queries::heartbeat(conn, &beat, now, false) }
+            );
+        }
+        transaction!(&self.inner.conns, "recording a worker heartbeat", |conn| {
+            queries::heartbeat(conn, &beat, now, prune)
+        })
+    }
+
+    async fn deregister(&self, worker: &str) -> Result<bool> {
+        run!(
+            &self.inner.conns,
+            "removing a worker",
+            Repeat::Unsafe,
+            |conn| { queries::deregister(conn, worker) }
+        )
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let now = self.now();
+        run!(&self.inner.conns, "listing workers", Repeat::Safe, |conn| {
+            queries::workers(conn, now)
+        })
+    }
+
+    async fn throughput(&self, queue: &str) -> Result<Vec<Bucket>> {
+        validate_queue_name(queue)?;
+        let now = self.now();
+        run!(
+            &self.inner.conns,
+            "reading throughput",
+            Repeat::Safe,
+            |conn| { queries::buckets(conn, queue, now) }
+        )
     }
 
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {

@@ -17,7 +17,10 @@
 //! ranges, so a page deep in a million jobs costs what the first does), with the error of
 //! each failed attempt; re-drive or discard dead letters; and pause queues. A pause is a
 //! row of `hopper_paused` that the claim statement itself checks, so every worker of every
-//! process stops taking from the queue at its next claim.
+//! process stops taking from the queue at its next claim. Workers report themselves every
+//! few seconds: each report replaces the worker's row of `hopper_workers` and adds what it
+//! settled to its queues' 10-second buckets of `hopper_throughput`, from which operators
+//! see the live workers and each queue's last minute and hour.
 //!
 //! MySQL has no LISTEN/NOTIFY. A broker wakes its own idle workers when it enqueues or
 //! hands work back, and a background task polls `SELECT MAX(id)` on a connection of its
@@ -33,7 +36,7 @@
 //! - [`migrate`](mod@migrate): versioned migrations ([`migrate()`], `migrations/*.sql`)
 //!   and the version check at connect.
 //! - `queries`: each operation as it runs on one connection, one module per concern
-//!   (enqueue, fetch, settle, renew, inspection, operator calls).
+//!   (enqueue, fetch, settle, renew, inspection, operator calls, the worker registry).
 //! - `conn`: the broker's dedicated connections, reconnection and transactions.
 //! - `poll`: the wake poller.
 //! - `sql`: every statement, one per file under `sql/`.

@@ -8,21 +8,25 @@
 //!   NULL; so each statement is written once for both clocks.
 //! - `{error_history}`: how many errors a job's history keeps
 //!   ([`ERROR_HISTORY`](hopper_core::admin::ERROR_HISTORY)).
+//! - `{bucket}` and `{kept}`: the span of a throughput bucket and how far back buckets
+//!   are kept, in milliseconds ([`BUCKET`] and [`KEPT`]).
 //! - `{ids}`: a list of `?`; `{pairs}`: a list of `(?, ?)`; `{rows}` and `{each}`: a
-//!   fragment file repeated (`enqueue_row.sql`, `settle_row.sql`, `next_due.sql`,
-//!   `probe_queue.sql`).
+//!   fragment file repeated (`enqueue_row.sql`, `settle_row.sql`, `throughput_row.sql`,
+//!   `next_due.sql`, `probe_queue.sql`).
 //! - In listings, `{after}` and `{order}`: the comparison that keeps what comes after the
 //!   cursor, and the sort direction, oldest or newest first ([`keyset`]); `{due}`: due or
 //!   scheduled. Cursors are compared column by column (`a > ? OR (a = ? AND id > ?)`), which
 //!   bounds an index range; MariaDB does not bound one by a row comparison.
 //!
 //! Lists are padded to a power of two with inert values (0 is never a job id nor a lease
-//! id), so a connection prepares a handful of texts per statement and keeps them cached,
-//! rather than one per batch size; the server's `max_prepared_stmt_count` stays far away.
+//! id; a padding throughput row repeats the last queue and adds nothing), so a connection
+//! prepares a handful of texts per statement and keeps them cached, rather than one per
+//! batch size; the server's `max_prepared_stmt_count` stays far away.
 
 use std::sync::LazyLock;
 
 use hopper_core::admin::ERROR_HISTORY;
+use hopper_core::registry::{BUCKET, KEPT};
 
 /// The database clock in milliseconds since the epoch. `NOW(3)` is fixed for the length of
 /// a statement, so every row of one statement sees the same instant, and the optimiser
@@ -38,7 +42,8 @@ pub(crate) const MAX_LIST: usize = 4096;
 /// The most rows one `settle_update.sql` carries (six placeholders each).
 pub(crate) const MAX_SETTLE_ROWS: usize = 2048;
 
-/// Drops comment lines and expands `{now}` and `{error_history}`: what the server receives.
+/// Drops comment lines and expands `{now}`, `{error_history}`, `{bucket}` and `{kept}`:
+/// what the server receives.
 fn render(file: &str) -> String {
     let mut out = String::with_capacity(file.len());
     for line in file.lines() {
@@ -53,6 +58,8 @@ fn render(file: &str) -> String {
     }
     out.replace("{now}", DB_NOW_MS)
         .replace("{error_history}", &ERROR_HISTORY.to_string())
+        .replace("{bucket}", &BUCKET.as_millis().to_string())
+        .replace("{kept}", &KEPT.as_millis().to_string())
 }
 
 macro_rules! statements {
@@ -167,6 +174,22 @@ statements! {
     QUEUE_STATE = "queue_state.sql";
     /// The newest job id: what the wake poller watches.
     MAX_ID = "max_id.sql";
+    /// Lists a worker, or replaces its last report with this one.
+    WORKER_BEAT = "worker_beat.sql";
+    /// Adds settled counts to buckets: `{rows}` of `THROUGHPUT_ROW`.
+    THROUGHPUT_ADD = "throughput_add.sql";
+    /// One queue's counts, in the bucket of now.
+    THROUGHPUT_ROW = "throughput_row.sql";
+    /// Forgets the workers whose report expired.
+    WORKERS_EXPIRE = "workers_expire.sql";
+    /// Forgets the buckets no longer kept.
+    THROUGHPUT_EXPIRE = "throughput_expire.sql";
+    /// Forgets one worker.
+    WORKER_REMOVE = "worker_remove.sql";
+    /// The workers whose report has not expired, oldest first.
+    WORKERS_LIVE = "workers_live.sql";
+    /// A queue's buckets of the last hour, oldest first.
+    THROUGHPUT_BUCKETS = "throughput_buckets.sql";
 }
 
 /// A fixed statement, as sqlx takes it.
@@ -204,6 +227,11 @@ pub(crate) fn with_pairs(template: &str, n: usize) -> String {
 /// The insert of `n` jobs.
 pub(crate) fn enqueue(n: usize) -> String {
     repeat(&ENQUEUE, "{rows}", &ENQUEUE_ROW, n, ", ")
+}
+
+/// The addition of `n` queues' counts to their buckets.
+pub(crate) fn throughput_add(n: usize) -> String {
+    repeat(&THROUGHPUT_ADD, "{rows}", &THROUGHPUT_ROW, n, ", ")
 }
 
 /// The non-ack settlement of `n` rows.
@@ -261,7 +289,7 @@ pub(crate) fn probe(n: usize) -> String {
 mod tests {
     use super::{
         LIST_FINISHED, LIST_LEASED, all, claim_one, enqueue, keyset, list_level, padded, probe,
-        settle_update, with_ids, with_pairs,
+        settle_update, throughput_add, with_ids, with_pairs,
     };
 
     #[test]
@@ -271,6 +299,10 @@ mod tests {
             assert!(!text.contains("--"), "{name} kept a comment: {text}");
             assert!(!text.contains("{now}"), "{name}: {text}");
             assert!(!text.contains("{error_history}"), "{name}: {text}");
+            assert!(
+                !text.contains("{bucket}") && !text.contains("{kept}"),
+                "{name}"
+            );
         }
     }
 
@@ -286,6 +318,9 @@ mod tests {
         assert_eq!(sql.as_str(), "(a, b) IN ((?, ?), (?, ?))");
         assert_eq!(enqueue(3).as_str().matches('?').count(), 24);
         assert_eq!(settle_update(2).as_str().matches("UNION ALL").count(), 1);
+        let add = throughput_add(2);
+        assert_eq!(add.matches('?').count(), 10);
+        assert!(add.contains("FLOOR(COALESCE(?, CAST(") && add.contains("/ 10000) * 10000"));
         // The queue, the clock, the queue again (is it paused?), the limit.
         assert_eq!(claim_one(None).matches('?').count(), 4);
         // One queue's read (the queue twice), then the reaper's flag and the clock twice.

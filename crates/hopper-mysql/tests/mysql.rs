@@ -2,8 +2,8 @@
 //! `HOPPER_TEST_MYSQL_URL`). Every test works in a database of its own, dropped afterwards:
 //! the shared behaviour suite, migrations and refusals, the database clock, what an idle
 //! broker asks, the wake poller, query plans (the operator calls' too), error histories,
-//! and workers on the real server (a crash mid-batch, two runtimes sharing a queue, a queue
-//! paused by another process).
+//! worker reports on the database clock, and workers on the real server (a crash
+//! mid-batch, two runtimes sharing a queue, a queue paused by another process).
 
 mod mysql {
     mod admin_plans;
@@ -17,6 +17,7 @@ mod mysql {
     mod pausing;
     mod plans;
     mod ranges;
+    mod registry;
     mod settling;
     mod suite;
     pub mod support;

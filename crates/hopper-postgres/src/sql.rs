@@ -44,6 +44,10 @@ statements!(
     resume,
     queues,
     queue_stats,
+    heartbeat,
+    deregister,
+    workers,
+    throughput,
 );
 
 /// A statement for `schema`: its text is the key of each connection's prepared-statement

@@ -11,11 +11,12 @@
 use std::collections::BTreeSet;
 
 use hopper_core::admin::{Cursor, JobPage, JobQuery, ListState, QueueStatus, Selection, lag_since};
+use hopper_core::registry::windows;
 use hopper_core::{JobRecord, Millis};
 use rusqlite::{CachedStatement, Connection, OptionalExtension, Row, params};
 
 use crate::queries::{self, CANCELLED, COMPLETED, DEAD, level_below, record_from_row};
-use crate::sql;
+use crate::{registry, sql};
 
 /// One page of `query`'s jobs, in the order asked. The caller checked the query.
 pub(crate) fn list(conn: &Connection, query: &JobQuery, now: Millis) -> rusqlite::Result<JobPage> {
@@ -252,7 +253,7 @@ pub(crate) fn queue_names(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     Ok(names.into_iter().collect())
 }
 
-/// A queue's counts, pause and lag.
+/// A queue's counts, pause, lag, and throughput over the last minute and hour.
 pub(crate) fn stats(conn: &Connection, queue: &str, now: Millis) -> rusqlite::Result<QueueStatus> {
     let counts = queries::counts(conn, queue, now)?;
     let paused = conn
@@ -264,12 +265,13 @@ pub(crate) fn stats(conn: &Connection, queue: &str, now: Millis) -> rusqlite::Re
         let mut due = conn.prepare_cached(sql::OLDEST_DUE)?;
         oldest_due = queries::earliest_by_level(&mut next_level, &mut due, queue, now)?;
     }
+    let (last_minute, last_hour) = windows(&registry::buckets(conn, queue, now)?, now);
     Ok(QueueStatus {
         queue: queue.to_owned(),
         counts,
         paused,
         lag: lag_since(oldest_due, now),
-        last_minute: None,
-        last_hour: None,
+        last_minute: Some(last_minute),
+        last_hour: Some(last_hour),
     })
 }

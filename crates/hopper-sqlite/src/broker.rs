@@ -9,17 +9,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection};
 use hopper_core::clock::Pace;
+use hopper_core::job::validate_queue_name;
 use hopper_core::{
-    AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched,
-    JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
+    AdminCalls, Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest,
+    Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
+    WorkerBeat, WorkerInfo,
 };
 use tokio::sync::watch;
 
 use crate::admin::{self, Redrive};
 use crate::options::SqliteOptions;
-use crate::queries;
 use crate::watch::{FileWatch, watch_file};
 use crate::writer::Writer;
+use crate::{queries, registry};
 
 /// The embedded broker: every job in one SQLite file, no server.
 ///
@@ -345,6 +347,55 @@ impl Broker for SqliteBroker {
             .writer
             .call("reading queue statistics", false, move |conn| {
                 admin::stats(conn, &queue, now)
+            })
+            .await
+    }
+
+    /// The report's times are this broker's: brokers sharing a file must agree on the
+    /// clock, as they must for leases.
+    async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {
+        beat.validate()?;
+        for (queue, _) in &beat.settled {
+            validate_queue_name(queue)?;
+        }
+        let now = self.now();
+        let beat = beat.clone();
+        self.inner
+            .writer
+            .call("recording a worker's report", true, move |conn| {
+                registry::heartbeat(conn, &beat, now)
+            })
+            .await
+    }
+
+    async fn deregister(&self, worker: &str) -> Result<bool> {
+        let worker = worker.to_owned();
+        self.inner
+            .writer
+            .call("removing a worker", true, move |conn| {
+                registry::deregister(conn, &worker)
+            })
+            .await
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let now = self.now();
+        self.inner
+            .writer
+            .call("listing workers", false, move |conn| {
+                registry::workers(conn, now)
+            })
+            .await
+    }
+
+    async fn throughput(&self, queue: &str) -> Result<Vec<Bucket>> {
+        validate_queue_name(queue)?;
+        let now = self.now();
+        let queue = queue.to_owned();
+        self.inner
+            .writer
+            .call("reading throughput", false, move |conn| {
+                registry::buckets(conn, &queue, now)
             })
             .await
     }

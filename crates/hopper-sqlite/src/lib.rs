@@ -13,7 +13,8 @@
 //! - [`options`]: [`SqliteOptions`], how the file is opened.
 //! - `writer`: the database thread and group commit.
 //! - `queries`: each operation as it runs on that thread; `admin`, the operator calls
-//!   (listings, re-drives, pauses, statistics).
+//!   (listings, re-drives, pauses, statistics); `registry`, live workers and throughput
+//!   buckets.
 //! - `schema`: connection settings and versioned migrations (`migrations/*.sql`, recorded in
 //!   `PRAGMA user_version`).
 //! - `sql`: every statement, one per file under `sql/`.
@@ -23,6 +24,7 @@ mod admin;
 pub mod broker;
 pub mod options;
 mod queries;
+mod registry;
 mod schema;
 mod sql;
 mod watch;

@@ -111,6 +111,20 @@ statements! {
     OLDEST_DUE = "oldest_due.sql";
     /// The names of the queues with jobs or paused, unsorted, some more than once.
     QUEUE_NAMES = "queue_names.sql";
+    /// Stores a worker's report, replacing its previous one.
+    UPSERT_WORKER = "upsert_worker.sql";
+    /// Adds settled counts to a queue's throughput bucket.
+    ADD_THROUGHPUT = "add_throughput.sql";
+    /// Deletes the workers whose report expired.
+    PRUNE_WORKERS = "prune_workers.sql";
+    /// Deletes the throughput buckets older than kept.
+    PRUNE_THROUGHPUT = "prune_throughput.sql";
+    /// Deletes one worker; returns nothing (the change count says whether it was there).
+    DEREGISTER_WORKER = "deregister_worker.sql";
+    /// The workers whose report has not expired, in no order.
+    LIVE_WORKERS = "live_workers.sql";
+    /// A queue's throughput buckets after a time, oldest first.
+    THROUGHPUT = "throughput.sql";
 }
 
 /// The schema migrations, in order; the position plus one is the version recorded in
@@ -120,6 +134,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0002_one_lease_index.sql"),
     include_str!("../migrations/0003_range_checks.sql"),
     include_str!("../migrations/0004_operator_calls.sql"),
+    include_str!("../migrations/0005_worker_registry.sql"),
 ];
 
 #[cfg(test)]
@@ -191,9 +206,10 @@ mod tests {
     }
 
     /// Each listing is bounded by its cursor in the index, to the id: a page deep in a
-    /// million jobs reads a page's worth of entries, as the first does.
+    /// million jobs reads a page's worth of entries, as the first does. The registry's
+    /// reads and prunes read ranges too, so a report or a listing never walks stale rows.
     #[test]
-    fn listings_and_queue_names_read_ranges_of_an_index() {
+    fn listings_queue_names_and_registry_read_ranges_of_an_index() {
         let expected: &[(&str, &[&str])] = &[
             (
                 "LIST_WAITING",
@@ -237,6 +253,22 @@ mod tests {
                     "hopper_jobs_finished (queue=? AND state=? AND finished_at=? AND id<?)",
                     "hopper_jobs_finished (queue=? AND state=? AND finished_at<?)",
                 ],
+            ),
+            (
+                "LIVE_WORKERS",
+                &["SEARCH hopper_workers USING INDEX hopper_workers_expiry (expires_at>?)"],
+            ),
+            (
+                "PRUNE_WORKERS",
+                &["SEARCH hopper_workers USING INDEX hopper_workers_expiry (expires_at<?)"],
+            ),
+            (
+                "PRUNE_THROUGHPUT",
+                &["SEARCH hopper_throughput USING INDEX hopper_throughput_age (bucket<?)"],
+            ),
+            (
+                "THROUGHPUT",
+                &["SEARCH hopper_throughput USING PRIMARY KEY (queue=? AND bucket>?)"],
             ),
             (
                 "QUEUE_NAMES",

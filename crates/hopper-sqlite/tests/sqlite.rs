@@ -12,6 +12,7 @@ mod sqlite {
     mod open;
     mod pausing;
     mod ranges;
+    mod registry_migration;
     mod sharing;
     mod suite;
     pub mod support;

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched, JobId, JobPage,
-    JobQuery, JobRecord, LeaseId, QueueCounts, QueueStatus, Result, Selection, SettleReport,
-    Settlement,
+    Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, FetchRequest, Fetched, JobId,
+    JobPage, JobQuery, JobRecord, LeaseId, QueueCounts, QueueStatus, Result, Selection,
+    SettleReport, Settlement, WorkerBeat, WorkerInfo,
 };
 use tokio::sync::watch;
 
@@ -106,6 +106,18 @@ impl Broker for WithCleanup {
     }
     async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
         self.inner().queue_stats(queue).await
+    }
+    async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {
+        self.inner().heartbeat(beat).await
+    }
+    async fn deregister(&self, worker: &str) -> Result<bool> {
+        self.inner().deregister(worker).await
+    }
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        self.inner().workers().await
+    }
+    async fn throughput(&self, queue: &str) -> Result<Vec<Bucket>> {
+        self.inner().throughput(queue).await
     }
     async fn subscribe(&self, queue: &str, window: Option<u32>) -> Result<()> {
         self.inner().subscribe(queue, window).await

@@ -88,6 +88,7 @@ macro_rules! broker_suite {
             dead_letters_retried_and_discarded,
             pause_and_resume,
             queue_stats_and_names,
+            workers_and_throughput,
         );
 
         #[$crate::__private::tokio::test(
@@ -140,6 +141,7 @@ macro_rules! worker_suite {
             batch_sizes,
             pause_and_resume,
             cancel_before_start,
+            worker_listed_while_running,
         );
     };
 }

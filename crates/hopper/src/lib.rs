@@ -46,12 +46,13 @@ use std::sync::Arc;
 #[cfg(feature = "amqp")]
 pub use hopper_amqp::{AmqpBroker, AmqpOptions, QueueKind, QueueSettings};
 pub use hopper_core::admin;
+pub use hopper_core::registry;
 pub use hopper_core::{
     AdminCalls, AttemptError, Broker, CancelOutcome, Capabilities, Chain, ConfigError, Cursor,
     Error, Job, JobContext, JobError, JobId, JobPage, JobQuery, JobRecord, JobResult, JobState,
     Limits, ListState, MemoryBroker, NewJob, Prefetch, QueueCounts, QueueOptions, QueueStats,
     QueueStatus, Result, RetryPolicy, RunAt, Selection, Throughput, Worker, WorkerBuilder,
-    WorkerCounts, WorkerStats, redact_url, sample_queue_metrics,
+    WorkerCounts, WorkerInfo, WorkerStats, redact_url, sample_queue_metrics,
 };
 #[cfg(feature = "mysql")]
 pub use hopper_mysql::{MySqlBroker, MySqlOptions};

@@ -1,6 +1,7 @@
 //! Operating a broker through the commands alone, as an operator would: enqueue, stats,
 //! `hopper work` with a command that fails for some payloads, the dead letters listed with
-//! their errors, retried, and run; and a queue paused from another process.
+//! their errors, retried, and run, the worker listed while it runs and the queue's
+//! throughput counted; and a queue paused from another process.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -51,6 +52,22 @@ fn stats(url: &str, queue: &str) -> (u64, u64, u64, u64) {
     (n("pending"), n("scheduled"), n("leased"), n("dead"))
 }
 
+/// One queue's completed, failed and dead over the last hour, from `stats --json`.
+fn last_hour(url: &str, queue: &str) -> (u64, u64, u64) {
+    let out = ok(url, &["stats", "--queue", queue, "--json"], None);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stats --json is JSON");
+    let h = &v[0]["last_hour"];
+    let n = |k: &str| h[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    (n("completed"), n("failed"), n("dead"))
+}
+
+/// `hopper workers --json`.
+fn live_workers(url: &str) -> Vec<serde_json::Value> {
+    let out = ok(url, &["workers", "--json"], None);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("workers --json is JSON");
+    v.as_array().expect("an array").clone()
+}
+
 fn wait_for_stats(url: &str, queue: &str, want: (u64, u64, u64, u64)) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -86,7 +103,25 @@ pub fn scenario(url: &str, scratch: &Path) {
     );
     let worker = start_work(url, "ops", &script);
     wait_for_stats(url, "ops", (0, 0, 0, 10));
+    let pid = worker.id();
+    let listed = live_workers(url);
+    let me = listed
+        .iter()
+        .find(|w| w["pid"] == pid)
+        .unwrap_or_else(|| panic!("hopper work (pid {pid}) is listed: {listed:?}"));
+    assert_eq!(me["queues"][0]["queue"], "ops", "{me}");
+    assert_eq!(me["queues"][0]["concurrency"], 4, "{me}");
     stop(worker);
+    let listed = live_workers(url);
+    assert!(
+        listed.iter().all(|w| w["pid"] != pid),
+        "a stopped worker is not listed: {listed:?}"
+    );
+    assert_eq!(
+        last_hour(url, "ops"),
+        (90, 10, 10),
+        "completed, failed attempts, dead"
+    );
 
     let listed = ok(
         url,
@@ -120,6 +155,11 @@ pub fn scenario(url: &str, scratch: &Path) {
     let worker = start_work(url, "ops", &script);
     wait_for_stats(url, "ops", (0, 0, 0, 0));
     stop(worker);
+    assert_eq!(
+        last_hour(url, "ops"),
+        (100, 10, 10),
+        "the retried 10 completed"
+    );
     let left = ok(
         url,
         &[

@@ -11,6 +11,7 @@ use super::state::State;
 use crate::admin::{Cursor, JobPage, JobQuery, ListState, QueueStatus, Selection, lag_since};
 use crate::broker::{JobRecord, JobState, QueueCounts};
 use crate::job::{Job, JobId, LeaseId, Millis};
+use crate::registry::windows;
 
 /// A job of the listed state, borrowed from the broker's state.
 enum Found<'a> {
@@ -198,6 +199,7 @@ impl MemoryBroker {
 
     pub(super) fn stats(&self, queue: &str) -> QueueStatus {
         let now = self.inner.clock.now_millis();
+        let (last_minute, last_hour) = windows(&self.buckets(queue), now);
         let st = self.state();
         let oldest_due = st.queues.get(queue).and_then(|q| {
             let ready = q.ready.values().filter_map(|f| f.front()).map(|j| j.run_at);
@@ -209,8 +211,8 @@ impl MemoryBroker {
             counts: counts_of(&st, queue, now),
             paused: st.paused.contains(queue),
             lag: lag_since(oldest_due, now),
-            last_minute: None,
-            last_hour: None,
+            last_minute: Some(last_minute),
+            last_hour: Some(last_hour),
         }
     }
 }

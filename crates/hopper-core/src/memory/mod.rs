@@ -9,6 +9,7 @@
 
 mod admin;
 mod queue;
+mod registry;
 mod state;
 pub mod topic;
 
@@ -29,6 +30,7 @@ use crate::broker::{
 use crate::clock::Clock;
 use crate::error::Result;
 use crate::job::{Job, JobCopy, JobId, LeaseId, Millis};
+use crate::registry::{Bucket, WorkerBeat, WorkerInfo};
 use state::{Held, Lease, State};
 pub use topic::{Subscription, Topic};
 
@@ -46,6 +48,7 @@ struct Inner {
     wake: watch::Sender<u64>,
     clock: Clock,
     topics: Mutex<HashMap<String, Topic>>,
+    registry: Mutex<registry::Registry>,
 }
 
 impl Default for MemoryBroker {
@@ -71,6 +74,7 @@ impl MemoryBroker {
                 wake: watch::channel(0).0,
                 clock,
                 topics: Mutex::new(HashMap::new()),
+                registry: Mutex::default(),
             }),
         }
     }
@@ -364,6 +368,25 @@ impl Broker for MemoryBroker {
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
         Ok(self.stats(queue))
+    }
+
+    async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {
+        beat.validate()?;
+        self.beat(beat);
+        Ok(())
+    }
+
+    async fn deregister(&self, worker: &str) -> Result<bool> {
+        Ok(self.forget(worker))
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        Ok(self.live_workers())
+    }
+
+    async fn throughput(&self, queue: &str) -> Result<Vec<Bucket>> {
+        crate::job::validate_queue_name(queue)?;
+        Ok(self.buckets(queue))
     }
 
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {

@@ -145,6 +145,22 @@ impl WorkerBuilder {
         self
     }
 
+    /// How often the worker reports itself to a broker that lists live workers
+    /// ([`Capabilities::admin`](crate::Capabilities::admin)`.workers`): host, pid, queues,
+    /// what it holds, and what it settled, which gives queue throughput. Every 5 s by
+    /// default; a worker is listed until six reports in a row are missing. 100 ms or more.
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        self.config.heartbeat = Some(every);
+        self
+    }
+
+    /// Never reports this worker: it is not listed, and its settlements do not count in
+    /// the broker's throughput figures.
+    pub fn unlisted(mut self) -> Self {
+        self.config.heartbeat = None;
+        self
+    }
+
     /// Checks every setting without starting anything, so a program can refuse bad
     /// configuration before it enqueues or changes anything.
     pub fn check(&self) -> Result<()> {
@@ -235,6 +251,17 @@ impl WorkerBuilder {
                 "lease_ttl",
                 format!("{:?}", self.config.lease_ttl),
                 "10 ms or more",
+            ));
+        }
+        if let Some(every) = self
+            .config
+            .heartbeat
+            .filter(|&e| e < Duration::from_millis(100))
+        {
+            return Err(ConfigError::new(
+                "heartbeat",
+                format!("{every:?}"),
+                "100 ms or more",
             ));
         }
         if self.config.max_concurrency == Some(0) {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::event_loop::{self, Command};
+use super::heartbeat::Heartbeat;
 use super::stats::WorkerStats;
 use super::{QueueSpec, WorkerConfig};
 use crate::broker::{Broker, CancelOutcome};
@@ -29,6 +30,8 @@ pub struct Worker {
     tx: mpsc::UnboundedSender<event_loop::Event>,
     stats: Arc<Mutex<WorkerStats>>,
     join: Option<tokio::task::JoinHandle<()>>,
+    /// The heartbeat task, on brokers that list workers; it ends after the event loop.
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Worker {
@@ -40,6 +43,16 @@ impl Worker {
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Mutex::new(WorkerStats::default()));
+        let heartbeat = config
+            .heartbeat
+            .filter(|_| broker.capabilities().admin.workers)
+            .map(|every| Heartbeat {
+                broker: broker.clone(),
+                stats: stats.clone(),
+                events: tx.clone(),
+                every,
+                queues: queues.iter().map(|q| q.name.clone()).collect(),
+            });
         let el = event_loop::EventLoop::new(
             broker.clone(),
             queues,
@@ -48,12 +61,18 @@ impl Worker {
             rx,
             stats.clone(),
         );
-        let join = tokio::spawn(el.run());
+        let (ended, on_end) = oneshot::channel();
+        let join = tokio::spawn(async move {
+            el.run().await;
+            let _ = ended.send(());
+        });
+        let heartbeat = heartbeat.map(|h| tokio::spawn(h.run(on_end)));
         Worker {
             broker,
             tx,
             stats,
             join: Some(join),
+            heartbeat,
         }
     }
 
@@ -125,6 +144,9 @@ impl Worker {
         }
         if let Some(join) = self.join.take() {
             let _ = join.await;
+        }
+        if let Some(heartbeat) = self.heartbeat.take() {
+            let _ = heartbeat.await;
         }
         self.stats()
     }

@@ -5,7 +5,7 @@
 //! - `builder`: [`WorkerBuilder`] builds a worker: queues, their handlers and options,
 //!   leases, retries; `options`: [`QueueOptions`] and the worker's settings.
 //! - `handle`: [`Worker`] steers a running one: pause, resume, cancel, counts, stats,
-//!   shutdown.
+//!   shutdown; `heartbeat` reports it to brokers that list live workers.
 //! - `event_loop` holds the per-queue buffers and windows and issues fetches, hand-offs,
 //!   settlements and lease renewals; `pool` runs hand-offs on pool tasks; `handler` is
 //!   what user code looks like to them; `stats` what a program can read while it runs.
@@ -20,6 +20,7 @@ mod event_loop;
 mod expired;
 mod handle;
 mod handler;
+mod heartbeat;
 mod metrics;
 mod options;
 mod pool;

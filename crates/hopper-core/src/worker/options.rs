@@ -104,6 +104,8 @@ pub(crate) struct WorkerConfig {
     pub(crate) settle_batch: usize,
     pub(crate) settle_delay: Duration,
     pub(crate) grace: Duration,
+    /// How often the worker reports itself to a broker that lists workers; `None`: never.
+    pub(crate) heartbeat: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
@@ -117,6 +119,7 @@ impl Default for WorkerConfig {
             settle_batch: 256,
             settle_delay: Duration::from_millis(2),
             grace: Duration::from_secs(30),
+            heartbeat: Some(crate::registry::HEARTBEAT_EVERY),
         }
     }
 }

@@ -85,6 +85,10 @@ pub struct QueueStats {
     pub fetch_sizes: Vec<u32>,
     /// Jobs acknowledged.
     pub completed: u64,
+    /// Failed attempts sent back for a retry.
+    pub retried: u64,
+    /// Jobs dead-lettered.
+    pub dead: u64,
     /// Batches handed to a batch handler, by size, in order.
     pub batch_sizes: Vec<u32>,
     /// The most jobs of this queue held at once (buffered, waiting in hand-offs, running).

@@ -13,12 +13,14 @@
 //!   the wake poller);
 //! - `admin`: listings by cursor, re-drives and discards of dead letters, pauses, queue
 //!   names and what statistics add to counts;
+//! - `registry`: worker heartbeats, the live workers, and throughput buckets;
 //! - `rows`: job states, and jobs and job records decoded from rows.
 
 mod admin;
 mod enqueue;
 mod fetch;
 mod inspect;
+mod registry;
 mod renew;
 mod rows;
 mod settle;
@@ -29,6 +31,7 @@ pub(crate) use self::admin::{list, queue_names, queue_state, redrive, set_paused
 pub(crate) use self::enqueue::{chunks, insert, new_rows};
 pub(crate) use self::fetch::{claim, levels, next_due, probe, reap};
 pub(crate) use self::inspect::{cancel, counts, dead_letters, job, max_id, purge};
+pub(crate) use self::registry::{Beat, buckets, deregister, heartbeat, workers};
 pub(crate) use self::renew::renew;
 pub(crate) use self::settle::settle;
 

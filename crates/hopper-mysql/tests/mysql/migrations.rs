@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use hopper_core::{
-    Broker, FetchRequest, JobId, JobQuery, JobState, LeaseId, ListState, Outcome, Selection,
-    Settlement,
+    Broker, FetchRequest, JobId, JobQuery, JobState, LeaseId, ListState, Outcome, QueueBeat,
+    Selection, Settlement, Throughput, WorkerBeat, WorkerInfo,
 };
 use hopper_mysql::{MySqlBroker, MySqlOptions};
 use sqlx::{Connection, MySqlConnection};
@@ -20,7 +20,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
     assert_eq!(
         err.to_string(),
         format!(
-            "broker error: the hopper schema in {url} is at version 0 but this build needs 3: \
+            "broker error: the hopper schema in {url} is at version 0 but this build needs 4: \
              run `hopper migrate --broker {url}`",
             url = db.url
         )
@@ -30,7 +30,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
 #[tokio::test]
 async fn migrating_twice_applies_nothing_the_second_time() {
     let db = TempDatabase::empty().await;
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     assert_eq!(broker.url(), db.url);
@@ -46,7 +46,7 @@ async fn concurrent_migrations_apply_each_version_once() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 3]);
+    assert_eq!(applied, [0, 4]);
 }
 
 #[tokio::test]
@@ -60,7 +60,7 @@ async fn a_schema_newer_than_this_build_is_refused() {
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema in {} is at version 99, newer than this build (3): upgrade hopper",
+            "the hopper schema in {} is at version 99, newer than this build (4): upgrade hopper",
             db.url
         )),
         "{err}"
@@ -122,12 +122,13 @@ async fn bad_urls_and_options_are_refused_with_the_setting_named() {
     }
 }
 
-/// A database at version 2, as the previous release left it, holding jobs in each state:
-/// migrating adds the error history, the pause table and the index of finished jobs; the
-/// jobs stay readable, without a history, and are listed, re-driven and worked as usual.
-/// A run that stopped before recording version 3 counts it as applied the second time.
+/// A database at version 2, as an earlier release left it, holding jobs in each state:
+/// migrating adds the error history, the pause table and the index of finished jobs (and
+/// the worker tables); the jobs stay readable, without a history, and are listed,
+/// re-driven and worked as usual. A run that stopped before recording version 3 counts it
+/// as applied the second time.
 #[tokio::test]
-async fn a_database_of_the_previous_version_keeps_its_jobs() {
+async fn a_database_of_version_2_keeps_its_jobs() {
     let db = TempDatabase::empty().await;
     let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
     for setup in [
@@ -145,8 +146,8 @@ async fn a_database_of_the_previous_version_keeps_its_jobs() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 2 but this build needs 3"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert!(err.contains("at version 2 but this build needs 4"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -205,11 +206,99 @@ async fn a_database_of_the_previous_version_keeps_its_jobs() {
     assert_eq!(history, [(1, "again")]);
     broker.close().await;
 
-    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version = 3")
+    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version >= 3")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
+    let _ = conn.close().await;
+}
+
+/// A database at version 3, as the previous release left it, holding jobs: migrating adds
+/// the tables of live workers and throughput, which heartbeats then fill, and the jobs are
+/// counted and worked as before. A run that stopped before recording version 4 finds the
+/// tables there, keeps what they hold, and counts it as applied.
+#[tokio::test]
+async fn a_database_of_the_previous_version_gains_the_worker_tables() {
+    let db = TempDatabase::empty().await;
+    let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
+    for setup in [
+        include_str!("../../migrations/0001_create_jobs.sql"),
+        include_str!("../../migrations/0002_range_checks.sql"),
+        include_str!("../../migrations/0003_errors_and_pauses.sql"),
+        include_str!("../../sql/migrations_table.sql"),
+        "INSERT INTO hopper_migrations (version, applied_at) VALUES (1, 0), (2, 0), (3, 0)",
+        "INSERT INTO hopper_jobs (id, queue, state, run_at, attempt, max_attempts, payload,
+                                  created_at, lease_id, lease_expires, last_error, finished_at,
+                                  errors)
+         VALUES (1, 'q', 0, 0, 0, 5, 'pending', 0, NULL, NULL, NULL, NULL, NULL),
+                (2, 'q', 3, 0, 5, 5, 'dead', 0, NULL, NULL, 'boom', 5,
+                 '[{\"attempt\": 5, \"at\": 5, \"error\": \"boom\"}]')",
+    ] {
+        sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
+    }
+    let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
+    assert!(err.contains("at version 3 but this build needs 4"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+
+    let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
+        .await
+        .unwrap();
+    let counts = broker.counts("q").await.unwrap();
+    assert_eq!((counts.pending, counts.dead), (1, 1), "{counts:?}");
+    let dead = broker.job(JobId(2)).await.unwrap().unwrap();
+    assert_eq!(dead.errors.len(), 1, "{dead:?}");
+    let held = broker
+        .fetch(FetchRequest::one("q", 10, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(held.jobs.len(), 1);
+
+    let mut worker = WorkerInfo::this_process(
+        0,
+        vec![QueueBeat {
+            queue: "q".into(),
+            concurrency: 2,
+            ..QueueBeat::default()
+        }],
+    );
+    worker.started_at = 1;
+    let done = Throughput {
+        completed: 4,
+        failed: 1,
+        dead: 0,
+    };
+    let beat = WorkerBeat {
+        worker: worker.clone(),
+        ttl: Duration::from_secs(30),
+        settled: vec![("q".into(), done)],
+    };
+    broker.heartbeat(&beat).await.unwrap();
+    let listed = broker.workers().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (&listed[0].id, &listed[0].queues),
+        (&worker.id, &worker.queues)
+    );
+    let stats = broker.queue_stats("q").await.unwrap();
+    assert_eq!(
+        (stats.last_minute, stats.last_hour),
+        (Some(done), Some(done))
+    );
+    broker.close().await;
+
+    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version = 4")
         .execute(&mut conn)
         .await
         .unwrap();
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
+    let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
+        .await
+        .unwrap();
+    assert_eq!(broker.workers().await.unwrap().len(), 1, "kept");
+    assert_eq!(broker.throughput("q").await.unwrap().len(), 1, "kept");
+    broker.close().await;
     let _ = conn.close().await;
 }

@@ -2,9 +2,11 @@
 //! and resumed for every worker of the schema, and the names and statistics of queues.
 
 use hopper_core::admin::{QueueStatus, Selection, lag_since};
+use hopper_core::registry::windows;
 use hopper_core::{QueueCounts, Result};
 
 use super::PgBroker;
+use super::registry::{bucket_ms, buckets};
 
 /// A selection as the parameters of retry_dead.sql and discard_dead.sql: the ids, or the
 /// queue and how many of its oldest.
@@ -86,17 +88,23 @@ impl PgBroker {
             .map_err(|e| held.fail("listing queues", e))
     }
 
-    /// [`Broker::queue_stats`](hopper_core::Broker::queue_stats).
+    /// [`Broker::queue_stats`](hopper_core::Broker::queue_stats): the counts, and the last
+    /// minute's and hour's throughput summed from the queue's buckets.
     pub(super) async fn queue_status(&self, queue: &str) -> Result<QueueStatus> {
-        type Row = (i64, i64, i64, i64, bool, Option<i64>, i64);
+        // The counts, paused, oldest_due, now, then the buckets' starts and counts.
+        type Row = (i64, i64, i64, i64, bool, Option<i64>, i64, V, V, V, V);
+        type V = Vec<i64>;
         let mut held = self.inner.conns.get().await?;
-        let (pending, scheduled, leased, dead, paused, oldest_due, now): Row =
-            sqlx::query_as(&self.inner.sql.queue_stats)
-                .bind(queue)
-                .bind(self.now())
-                .fetch_one(held.conn())
-                .await
-                .map_err(|e| held.fail("reading queue statistics", e))?;
+        let row: Row = sqlx::query_as(&self.inner.sql.queue_stats)
+            .bind(queue)
+            .bind(self.now())
+            .bind(bucket_ms())
+            .fetch_one(held.conn())
+            .await
+            .map_err(|e| held.fail("reading queue statistics", e))?;
+        let (pending, scheduled, leased, dead, paused, oldest_due, now, ..) = row;
+        let kept = buckets(&row.7, &row.8, &row.9, &row.10);
+        let (last_minute, last_hour) = windows(&kept, now);
         Ok(QueueStatus {
             queue: queue.to_owned(),
             counts: QueueCounts {
@@ -107,8 +115,8 @@ impl PgBroker {
             },
             paused,
             lag: lag_since(oldest_due, now),
-            last_minute: None,
-            last_hour: None,
+            last_minute: Some(last_minute),
+            last_hour: Some(last_hour),
         })
     }
 }

@@ -12,6 +12,7 @@
 //! - `listing`: pages of a queue's jobs in one state, by cursor;
 //! - `admin`: the other operator calls: re-drives, pauses, queue names and statistics;
 //! - `maintenance`: vacuuming the jobs table and pruning completed jobs;
+//! - `registry`: live workers and throughput buckets;
 //! - `rows`: jobs and job records decoded from rows.
 
 mod admin;
@@ -21,6 +22,7 @@ mod fetch;
 mod inspect;
 mod listing;
 mod maintenance;
+mod registry;
 mod renew;
 mod rows;
 mod settle;
@@ -35,6 +37,7 @@ use hopper_core::{
     AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Error, FetchRequest, Fetched,
     JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
 };
+use hopper_core::{Bucket, WorkerBeat, WorkerInfo};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -256,6 +259,28 @@ impl Broker for PgBroker {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
         let call = self.queue_status(queue);
         self.answered("reading queue statistics", call).await
+    }
+
+    // Not sent again on a lost connection, unlike a settlement: a report adds its counts,
+    // so one applied before the connection went would count twice. The worker's next
+    // report carries them instead.
+    async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {
+        let call = self.report_worker(beat);
+        self.answered("recording a worker's report", call).await
+    }
+
+    async fn deregister(&self, worker: &str) -> Result<bool> {
+        self.answered("removing a worker", self.remove_worker(worker))
+            .await
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        self.answered("listing workers", self.live_workers()).await
+    }
+
+    async fn throughput(&self, queue: &str) -> Result<Vec<Bucket>> {
+        let call = self.queue_throughput(queue);
+        self.answered("reading a queue's throughput", call).await
     }
 
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {

@@ -14,7 +14,7 @@ async fn an_unmigrated_schema_is_refused_with_what_to_run() {
         .to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema {schema} in {} is at version 0 but this build needs 5: run `hopper migrate --broker {}`",
+            "the hopper schema {schema} in {} is at version 0 but this build needs 6: run `hopper migrate --broker {}`",
             url(),
             url()
         )),
@@ -33,7 +33,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 5]);
+    assert_eq!(applied, [0, 6]);
     assert_eq!(
         hopper_postgres::migrate_with(&url, &options).await.unwrap(),
         0
@@ -48,7 +48,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
 async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
     let schema = unique_name("hopper_t");
     let with_schema = format!("{}?schema={schema}", url());
-    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 5);
+    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 6);
     let broker = PgBroker::connect(&with_schema).await.unwrap();
     assert_eq!(broker.schema(), schema);
     let debug = format!("{broker:?}");
@@ -164,7 +164,7 @@ async fn a_schema_from_before_the_operator_calls_keeps_its_jobs() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        1
+        2
     );
     let index: String = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = $2",
@@ -240,6 +240,90 @@ async fn a_schema_from_before_the_operator_calls_keeps_its_jobs() {
     assert_eq!(broker.discard_dead(&discard).await.unwrap(), 1);
     assert!(broker.set_paused("p", true).await.unwrap());
     assert_eq!(broker.queues().await.unwrap(), ["p", "q"]);
+    broker.close().await;
+    drop_schema(name);
+}
+
+/// A schema at version 5, as the release before live workers left it, holding a pending
+/// job and a dead letter: `migrate` adds the tables of workers and throughput with their
+/// indexes, the jobs stay, and reports are listed and counted at once.
+#[tokio::test]
+async fn a_schema_from_before_live_workers_keeps_its_jobs_and_lists_workers() {
+    use std::time::Duration;
+
+    use hopper_core::{Broker, QueueBeat, Throughput, WorkerBeat, WorkerInfo};
+    use sqlx::Connection;
+
+    let options = super::support::schema_at(5).await;
+    let name = options.schema.clone();
+    let mut raw = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let jobs = format!(
+        "INSERT INTO {name}.hopper_jobs (id, queue, state, run_at, attempt, max_attempts,
+                                         payload, created_at, last_error, finished_at)
+         VALUES (1, 'q', 0, 0, 0, 5, 'pending', 0, NULL, NULL),
+                (2, 'q', 3, 0, 1, 1, 'dead', 0, 'boom', 5)"
+    );
+    sqlx::raw_sql(&jobs).execute(&mut raw).await.unwrap();
+    assert_eq!(
+        hopper_postgres::migrate_with(&url(), &options)
+            .await
+            .unwrap(),
+        1
+    );
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT indexdef FROM pg_indexes
+         WHERE schemaname = $1 AND tablename IN ('hopper_workers', 'hopper_throughput')
+         ORDER BY indexname",
+    )
+    .bind(&name)
+    .fetch_all(&mut raw)
+    .await
+    .unwrap();
+    let has = |what: &str| indexes.iter().any(|i| i.contains(what));
+    assert!(has("hopper_throughput USING btree (bucket)"), "{indexes:?}");
+    assert!(
+        has("hopper_throughput USING btree (queue, bucket)"),
+        "{indexes:?}"
+    );
+    assert!(
+        has("hopper_workers USING btree (expires_at)"),
+        "{indexes:?}"
+    );
+    assert!(has("hopper_workers USING btree (id)"), "{indexes:?}");
+    raw.close().await.unwrap();
+
+    let broker = PgBroker::connect_with(&url(), options.listen(false))
+        .await
+        .unwrap();
+    let counts = broker.counts("q").await.unwrap();
+    assert_eq!((counts.pending, counts.dead), (1, 1), "{counts:?}");
+    let queue = QueueBeat {
+        queue: "q".into(),
+        concurrency: 2,
+        ..QueueBeat::default()
+    };
+    let settled = Throughput {
+        completed: 3,
+        failed: 1,
+        dead: 0,
+    };
+    let beat = WorkerBeat {
+        worker: WorkerInfo::this_process(0, vec![queue.clone()]),
+        ttl: Duration::from_secs(30),
+        settled: vec![("q".into(), settled)],
+    };
+    broker.heartbeat(&beat).await.unwrap();
+    let listed = broker.workers().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (&listed[0].id, &listed[0].queues),
+        (&beat.worker.id, &vec![queue])
+    );
+    let status = broker.queue_stats("q").await.unwrap();
+    assert_eq!((status.counts.pending, status.counts.dead), (1, 1));
+    assert_eq!(status.last_minute, Some(settled));
+    assert_eq!(broker.throughput("q").await.unwrap().len(), 1);
+    assert!(broker.deregister(&beat.worker.id).await.unwrap());
     broker.close().await;
     drop_schema(name);
 }

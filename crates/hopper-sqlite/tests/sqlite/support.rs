@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched, JobId, JobPage,
-    JobQuery, JobRecord, LeaseId, QueueCounts, QueueStatus, Result, Selection, SettleReport,
-    Settlement,
+    Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched, JobId,
+    JobPage, JobQuery, JobRecord, LeaseId, QueueCounts, QueueStatus, Result, Selection,
+    SettleReport, Settlement, WorkerBeat, WorkerInfo,
 };
 use hopper_sqlite::{SqliteBroker, SqliteOptions};
 use tokio::sync::watch;
@@ -141,6 +141,22 @@ impl Broker for TempBroker {
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
         self.broker.queue_stats(queue).await
+    }
+
+    async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {
+        self.broker.heartbeat(beat).await
+    }
+
+    async fn deregister(&self, worker: &str) -> Result<bool> {
+        self.broker.deregister(worker).await
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        self.broker.workers().await
+    }
+
+    async fn throughput(&self, queue: &str) -> Result<Vec<Bucket>> {
+        self.broker.throughput(queue).await
     }
 
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {

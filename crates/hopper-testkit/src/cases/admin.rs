@@ -39,7 +39,7 @@ async fn all_pages(broker: &Arc<dyn Broker>, mut query: JobQuery) -> Vec<JobId> 
     }
 }
 
-fn not_supported<T: std::fmt::Debug>(result: hopper_core::Result<T>, call: &str) {
+pub(super) fn not_supported<T: std::fmt::Debug>(result: hopper_core::Result<T>, call: &str) {
     match result {
         Err(Error::NotSupported { .. }) => {}
         other => panic!("{call} on a broker that says it cannot: {other:?}"),

@@ -12,13 +12,15 @@
 //! - `leases`: renewal, expiry and fencing, expiry on the last attempt;
 //! - `settle`: retries, dead letters, releases, payloads, per-job settlement;
 //! - `inspect`: cancelling and purging;
-//! - `admin`: listings by cursor, error histories, re-drives, pauses, statistics.
+//! - `admin`: listings by cursor, error histories, re-drives, pauses, statistics;
+//! - `registry`: live workers and throughput buckets.
 
 mod admin;
 mod enqueue;
 mod fetch;
 mod inspect;
 mod leases;
+mod registry;
 mod settle;
 
 pub use admin::{
@@ -35,6 +37,7 @@ pub use fetch::{
 };
 pub use inspect::{cancel, purge_removes_every_state};
 pub use leases::{expiry_on_final_attempt, lease_expiry_and_fencing, lease_renewal};
+pub use registry::workers_and_throughput;
 pub use settle::{
     dead_letters, payloads_survive_every_return, release_is_attempt_neutral, retry_counts_attempts,
     settle_batch_is_per_job,

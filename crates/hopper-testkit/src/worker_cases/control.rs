@@ -1,12 +1,16 @@
 //! Steering a running worker: pausing and resuming a queue, cancelling a job before it
-//! starts.
+//! starts; and the worker as its broker lists it.
 
 use std::time::Duration;
 
-use hopper_core::{CancelOutcome, JobContext, JobState, Prefetch, QueueOptions};
+use hopper_core::{
+    CancelOutcome, JobContext, JobError, JobState, NewJob, Prefetch, QueueOptions, RetryPolicy,
+    Throughput,
+};
+use tokio::time::Instant;
 
-use super::{Gate, Runs, Target, builder, choose_clock, counts, skip_for, wait_for};
-use crate::helpers::enqueue_n;
+use super::{Gate, PATIENCE, Runs, Target, builder, choose_clock, counts, skip_for, wait_for};
+use crate::helpers::{enqueue, enqueue_n};
 
 /// A queue paused before 10 jobs arrive starts none of them over half a second (ten idle
 /// polls): the worker counts 10 pending and 0 processing, and so does the broker. After
@@ -130,4 +134,78 @@ pub async fn cancel_before_start(target: Target) {
             "job {id} after cancelling"
         );
     }
+}
+
+/// A running worker is listed by the broker with its process, queue and concurrency; once
+/// stopped it is not, and the queue's throughput counts exactly what it settled: 8 jobs,
+/// 2 of which fail both their attempts, give 6 completed, 2 failed attempts and 2 dead.
+pub async fn worker_listed_while_running(target: Target) {
+    let Target { broker, queue, .. } = target;
+    if !broker.capabilities().admin.workers {
+        return skip_for(
+            "worker_listed_while_running",
+            "admin.workers",
+            "the broker keeps no worker reports",
+        );
+    }
+    choose_clock(&broker);
+    let jobs = (0..8u64)
+        .map(|i| {
+            NewJob::json(queue.as_str(), &i)
+                .expect("JSON")
+                .max_attempts(2)
+        })
+        .collect();
+    enqueue(&broker, jobs).await;
+    let worker = builder(&broker)
+        .heartbeat(Duration::from_millis(100))
+        .retry(RetryPolicy {
+            base: Duration::from_millis(10),
+            jitter: 0.0,
+            ..RetryPolicy::default()
+        })
+        .queue(
+            queue.clone(),
+            QueueOptions::new().concurrency(3),
+            |job: JobContext<u64>| async move {
+                if job.payload < 2 {
+                    return Err(JobError::retry("fails every time"));
+                }
+                Ok(())
+            },
+        )
+        .start()
+        .expect("start");
+    wait_for(&worker, "8 jobs settled", |s| s.completed + s.dead >= 8).await;
+    let deadline = Instant::now() + PATIENCE;
+    let me = loop {
+        let listed = broker.workers().await.expect("workers()");
+        if let Some(w) = listed.iter().find(|w| w.pid == std::process::id()) {
+            break w.clone();
+        }
+        assert!(Instant::now() < deadline, "never listed: {listed:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(me.queues.len(), 1, "{me:?}");
+    assert_eq!(
+        (me.queues[0].queue.as_str(), me.queues[0].concurrency),
+        (queue.as_str(), 3),
+        "{me:?}"
+    );
+    assert!(me.expires_at > me.heartbeat_at && me.heartbeat_at >= me.started_at);
+    let stats = worker.shutdown().await;
+    assert_eq!((stats.completed, stats.retried, stats.dead), (6, 2, 2));
+    let listed = broker.workers().await.expect("workers()");
+    assert!(
+        listed.iter().all(|w| w.id != me.id),
+        "a stopped worker removes itself: {listed:?}"
+    );
+    let status = broker.queue_stats(&queue).await.expect("queue_stats");
+    let settled = Throughput {
+        completed: 6,
+        failed: 2,
+        dead: 2,
+    };
+    assert_eq!(status.last_minute, Some(settled), "what the worker settled");
+    assert_eq!(status.last_hour, Some(settled));
 }

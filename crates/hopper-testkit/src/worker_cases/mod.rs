@@ -25,7 +25,7 @@ mod run;
 mod stop;
 
 pub use batch::batch_sizes;
-pub use control::{cancel_before_start, pause_and_resume};
+pub use control::{cancel_before_start, pause_and_resume, worker_listed_while_running};
 pub use run::{dead_letter_after_max_attempts, enqueue_run_ack, retry_backoff_then_success};
 pub use stop::{crash_charges_the_attempt, crashed_worker_jobs_run_again, release_at_shutdown};
 

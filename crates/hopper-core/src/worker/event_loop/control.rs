@@ -1,11 +1,12 @@
 //! Commands from the running [`Worker`](crate::worker::Worker): pause, resume, cancel a
-//! job not yet started, count what is held, and stop.
+//! job not yet started, count what is held, report for the heartbeat, and stop.
 
 use super::tasks::TaskWork;
 use super::{Command, EventLoop};
 use crate::broker::Outcome;
 use crate::error::{ConfigError, Error, Result};
 use crate::job::JobId;
+use crate::registry::QueueBeat;
 use crate::worker::stats::WorkerStats;
 
 impl EventLoop {
@@ -33,8 +34,28 @@ impl EventLoop {
             Command::Counts(name, reply) => {
                 let _ = reply.send(self.queue_index(&name).map(|qi| self.held(qi)));
             }
+            Command::Report(reply) => {
+                let _ = reply.send(self.report());
+            }
             Command::Shutdown(grace, reply) => self.begin_stop(grace, reply, st),
         }
+    }
+
+    /// What the heartbeat reports of each queue: slots, what is held and running, window.
+    fn report(&self) -> Vec<QueueBeat> {
+        let mut beats = Vec::with_capacity(self.queues.len());
+        for (qi, q) in self.queues.iter().enumerate() {
+            let (waiting, running) = self.held(qi);
+            beats.push(QueueBeat {
+                queue: q.name.clone(),
+                concurrency: q.opts.concurrency,
+                held: (waiting + running) as usize,
+                running: running as usize,
+                window: self.window(q),
+                paused: q.paused,
+            });
+        }
+        beats
     }
 
     /// Cancels job `id` if it is buffered here or waiting in a hand-off; returns whether it

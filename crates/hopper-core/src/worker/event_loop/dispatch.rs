@@ -188,10 +188,12 @@ impl EventLoop {
                 Outcome::Retry { .. } => {
                     st.retried += 1;
                     q.meters.retried.increment(1);
+                    queue_stats(st, &q.name).retried += 1;
                 }
                 Outcome::DeadLetter { .. } => {
                     st.dead += 1;
                     q.meters.dead.increment(1);
+                    queue_stats(st, &q.name).dead += 1;
                 }
                 Outcome::Release => {
                     st.released += 1;

@@ -19,7 +19,7 @@
 //! - `settle`: settlements, grouped into batches;
 //! - `leases`: renewal and lost leases;
 //! - `shutdown`: the stop, its grace period, releasing what did not start;
-//! - `control`: pause, resume, cancel and counts from the running worker.
+//! - `control`: pause, resume, cancel, counts and reports from the running worker.
 
 mod control;
 mod dispatch;
@@ -63,6 +63,8 @@ pub(crate) enum Command {
     Resume(String, oneshot::Sender<Result<()>>),
     Cancel(JobId, oneshot::Sender<bool>),
     Counts(String, oneshot::Sender<Result<(u64, u64)>>),
+    /// What the worker's heartbeat reports of each queue.
+    Report(oneshot::Sender<Vec<crate::registry::QueueBeat>>),
     Shutdown(Option<Duration>, oneshot::Sender<()>),
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::intake::Mode;
+use super::queue::queue_stats;
 use super::{Event, EventLoop};
 use crate::broker::{Outcome, SettleReport, Settlement};
 use crate::error::Result;
@@ -192,6 +193,14 @@ impl EventLoop {
             Outcome::Retry { .. } => st.retried += 1,
             Outcome::DeadLetter { .. } => st.dead += 1,
             Outcome::Ack => {}
+        }
+        if let Some(qi) = queue {
+            let qs = queue_stats(st, &self.queues[qi].name);
+            match outcome {
+                Outcome::Retry { .. } => qs.retried += 1,
+                Outcome::DeadLetter { .. } => qs.dead += 1,
+                _ => {}
+            }
         }
         if let Some(m) = meters {
             match outcome {

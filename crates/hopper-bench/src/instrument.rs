@@ -1,0 +1,99 @@
+//! The instrumentation rows: what a metrics recorder, and spans with a subscriber that
+//! records them, cost a drain. Each row sets `hopper load --instrument …` against the same
+//! drain without it, in interleaved rounds (plain, then each instrumented run, round after
+//! round), so the "raw" column of these rows is Hopper uninstrumented, and the ratio is the
+//! median of each round's instrumented rate over its plain one.
+
+use hopper::Result;
+
+use crate::load::hopper_load_with;
+use crate::rounds::{median, median_row, ratio_spread, round_ratios};
+use crate::rtt::{Route, in_scratch};
+use crate::table::Row;
+
+/// The instrumented variants, as `hopper load --instrument` takes them, and their names.
+const VARIANTS: [(&str, &str); 2] = [("metrics", "metrics on"), ("all", "metrics and spans on")];
+
+/// One drain to measure plain and instrumented.
+struct Drain<'a> {
+    url: &'a str,
+    /// On a SQL server: each run in a scratch schema of its own, reached through `route`.
+    scratch: Option<&'a Route>,
+    jobs: usize,
+    concurrency: usize,
+    max_batch: usize,
+    name: &'a str,
+}
+
+impl Drain<'_> {
+    async fn once(&self, extra: &[&str]) -> Result<Row> {
+        let (c, batch) = (self.concurrency, Some(self.max_batch));
+        let mut args = vec!["--prefetch", "slots"];
+        args.extend_from_slice(extra);
+        let run =
+            async |url: String| hopper_load_with(&url, self.jobs, c, batch, self.name, &args).await;
+        let (row, _) = match self.scratch {
+            Some(route) => in_scratch(self.url, route, run).await?,
+            None => run(self.url.to_owned()).await?,
+        };
+        Ok(row)
+    }
+
+    /// `rounds` interleaved rounds; a row per variant.
+    async fn rows(&self, rounds: usize) -> Result<Vec<Row>> {
+        let mut plain = Vec::new();
+        let mut runs: Vec<Vec<Row>> = VARIANTS.iter().map(|_| Vec::new()).collect();
+        for _ in 0..rounds {
+            plain.push(self.once(&[]).await?.hopper_per_s.unwrap_or(0.0));
+            for ((variant, _), runs) in VARIANTS.iter().zip(&mut runs) {
+                runs.push(self.once(&["--instrument", variant]).await?);
+            }
+        }
+        let mut rows = Vec::new();
+        for ((_, label), runs) in VARIANTS.iter().zip(runs) {
+            let mut ratios = round_ratios(&runs, &plain);
+            let spread = ratio_spread(&ratios);
+            let mut row = median_row(runs);
+            row.workload = format!("{}, {label}", self.name);
+            row.raw_per_s = Some(median(&mut plain.clone()));
+            row.ratio = Some(median(&mut ratios));
+            row.note = format!(
+                "raw: the same drain uninstrumented; medians of {rounds} interleaved rounds, \
+                 ratio the median of each round's{spread}"
+            );
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+}
+
+/// The memory drain (c=8, `max_batch` 50) and the PostgreSQL drain at batch 100, each
+/// with a recorder, and with a recorder and spans, beside the same drain without either.
+pub(crate) async fn instrumentation_rows(
+    postgres: &str,
+    memory_jobs: usize,
+    postgres_jobs: usize,
+    rounds: usize,
+    sql_rounds: usize,
+) -> Result<Vec<Row>> {
+    let memory = Drain {
+        url: "memory://",
+        scratch: None,
+        jobs: memory_jobs,
+        concurrency: 8,
+        max_batch: 50,
+        name: "memory drain, c=8",
+    };
+    let mut rows = memory.rows(rounds).await?;
+    let route = Route::to(postgres, 0.0, false).await?;
+    let pg = Drain {
+        url: postgres,
+        scratch: Some(&route),
+        jobs: postgres_jobs,
+        concurrency: 100,
+        max_batch: 100,
+        name: "postgres drain, batch 100",
+    };
+    rows.extend(pg.rows(sql_rounds).await?);
+    Ok(rows)
+}

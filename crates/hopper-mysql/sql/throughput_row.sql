@@ -1,0 +1,1 @@
+(?, FLOOR(COALESCE(?, {now}) / {bucket}) * {bucket}, ?, ?, ?)

@@ -1,0 +1,1 @@
+DELETE FROM hopper_workers WHERE id = ?

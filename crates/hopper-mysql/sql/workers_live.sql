@@ -1,0 +1,5 @@
+-- The workers whose report has not expired, oldest first.
+SELECT id, host, pid, started_at, heartbeat_at, expires_at, queues
+FROM hopper_workers
+WHERE expires_at > COALESCE(?, {now})
+ORDER BY started_at, id

@@ -1,0 +1,1 @@
+DELETE FROM hopper_throughput WHERE bucket < ?1

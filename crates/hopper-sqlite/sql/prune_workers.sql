@@ -1,0 +1,1 @@
+DELETE FROM hopper_workers WHERE expires_at <= ?1
