@@ -22,13 +22,19 @@ struct Drain<'a> {
     jobs: usize,
     concurrency: usize,
     max_batch: usize,
+    /// `--prefetch slots`; else the broker's default window.
+    slots: bool,
     name: &'a str,
 }
 
 impl Drain<'_> {
     async fn once(&self, extra: &[&str]) -> Result<Row> {
         let (c, batch) = (self.concurrency, Some(self.max_batch));
-        let mut args = vec!["--prefetch", "slots"];
+        let mut args = if self.slots {
+            vec!["--prefetch", "slots"]
+        } else {
+            vec![]
+        };
         args.extend_from_slice(extra);
         let run =
             async |url: String| hopper_load_with(&url, self.jobs, c, batch, self.name, &args).await;
@@ -67,7 +73,8 @@ impl Drain<'_> {
     }
 }
 
-/// The memory drain (c=8, `max_batch` 50) and the PostgreSQL drain at batch 100, each
+/// The memory drain (c=8, `max_batch` 50, the broker's default window, as the memory row
+/// of the matrix) and the PostgreSQL drain at batch 100 (window the slots), each
 /// with a recorder, and with a recorder and spans, beside the same drain without either.
 pub(crate) async fn instrumentation_rows(
     postgres: &str,
@@ -82,6 +89,7 @@ pub(crate) async fn instrumentation_rows(
         jobs: memory_jobs,
         concurrency: 8,
         max_batch: 50,
+        slots: false,
         name: "memory drain, c=8",
     };
     let mut rows = memory.rows(rounds).await?;
@@ -92,6 +100,7 @@ pub(crate) async fn instrumentation_rows(
         jobs: postgres_jobs,
         concurrency: 100,
         max_batch: 100,
+        slots: true,
         name: "postgres drain, batch 100",
     };
     rows.extend(pg.rows(sql_rounds).await?);
