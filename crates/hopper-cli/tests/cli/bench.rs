@@ -347,3 +347,39 @@ fn bench_runs_rabbitmq_through_a_delay_proxy() {
         "{note}"
     );
 }
+
+/// `hopper bench --only instrument` sets each instrumented drain against the same drain
+/// without instrumentation: four rows (memory and PostgreSQL, a recorder, then spans too),
+/// each a real drain of the asked size, its ratio the one round's instrumented rate over
+/// its plain one.
+#[test]
+fn bench_sets_instrumented_drains_against_plain_ones() {
+    let rows = bench_json(&["--only", "instrument", "--scale", "0.001", "--rounds", "1"]);
+    assert_eq!(
+        workloads(&rows),
+        [
+            "memory drain, c=8, metrics on",
+            "memory drain, c=8, metrics and spans on",
+            "postgres drain, batch 100, metrics on",
+            "postgres drain, batch 100, metrics and spans on",
+        ]
+    );
+    for r in &rows {
+        assert_eq!(r["jobs"], 1000, "{r}");
+        let (plain, ours) = (
+            r["raw_per_s"].as_f64().unwrap(),
+            r["hopper_per_s"].as_f64().unwrap(),
+        );
+        assert!(plain > 0.0 && ours > 0.0, "{r}");
+        let ratio = r["ratio"].as_f64().unwrap();
+        assert!(
+            (ratio - ours / plain).abs() < 0.01,
+            "one round's ratio: {r}"
+        );
+        let note = r["note"].as_str().unwrap();
+        assert!(
+            note.starts_with("raw: the same drain uninstrumented"),
+            "{r}"
+        );
+    }
+}
