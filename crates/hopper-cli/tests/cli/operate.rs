@@ -83,8 +83,32 @@ fn wait_for_stats(url: &str, queue: &str, want: (u64, u64, u64, u64)) {
     }
 }
 
-/// The scenario of the issue, through the commands only, on the broker at `url`.
-pub fn scenario(url: &str, scratch: &Path) {
+/// Runs `hopper --broker URL ARGS`, which must fail with exit 1 saying the broker does
+/// not support `what`.
+fn not_supported(url: &str, args: &[&str], what: &str) {
+    let mut all = vec!["--broker", url];
+    all.extend_from_slice(args);
+    let out = hopper_fed(&all, "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "hopper {args:?}: {stderr}");
+    assert!(
+        stderr.contains(&format!("broker does not support {what}")),
+        "hopper {args:?}: {stderr}"
+    );
+}
+
+/// What a broker keeps: records of each job, worker reports and throughput (every broker
+/// but RabbitMQ), or messages alone (RabbitMQ: depths, re-drives and pauses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keeps {
+    Records,
+    Messages,
+}
+
+/// The scenario of the issue, through the commands only, on the broker at `url`. On a
+/// broker that keeps messages alone, the listings and the worker list are refused by name
+/// and the dead letters are checked by count.
+pub fn scenario(url: &str, scratch: &Path, keeps: Keeps) {
     let lines: String = (0..100).map(|n| format!("{n}\n")).collect();
     let ids = ok(
         url,
@@ -103,6 +127,10 @@ pub fn scenario(url: &str, scratch: &Path) {
     );
     let worker = start_work(url, "ops", &script);
     wait_for_stats(url, "ops", (0, 0, 0, 10));
+    if keeps == Keeps::Messages {
+        stop(worker);
+        return redrive_messages(url, &fixed, &script);
+    }
     let pid = worker.id();
     let listed = live_workers(url);
     let me = listed
@@ -171,6 +199,26 @@ pub fn scenario(url: &str, scratch: &Path) {
         serde_json::from_str::<serde_json::Value>(&left).unwrap()["jobs"],
         serde_json::json!([])
     );
+}
+
+/// The rest of the scenario on a broker that keeps messages alone: no listing of jobs or
+/// workers, and no throughput; the 10 dead letters re-driven and run.
+fn redrive_messages(url: &str, fixed: &Path, script: &str) {
+    not_supported(
+        url,
+        &["jobs", "list", "--queue", "ops", "--state", "dead"],
+        "listing jobs",
+    );
+    not_supported(url, &["workers"], "listing workers");
+    let out = ok(url, &["stats", "--queue", "ops", "--json"], None);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["last_hour"], serde_json::Value::Null, "no rates: {v}");
+    std::fs::write(fixed, "").unwrap();
+    let retried = ok(url, &["dead", "retry", "--queue", "ops", "--all"], None);
+    assert_eq!(retried, "ops: 10 dead letters retried\n");
+    let worker = start_work(url, "ops", script);
+    wait_for_stats(url, "ops", (0, 0, 0, 0));
+    stop(worker);
 }
 
 /// Lines in `file`: one per job started.
@@ -243,7 +291,7 @@ pub fn pause_from_another_process(url: &str, scratch: &Path) {
 #[test]
 fn operate_sqlite_through_the_commands() {
     let (url, dir) = sqlite_url("operate");
-    scenario(&url, &dir);
+    scenario(&url, &dir, Keeps::Records);
     let (url, dir2) = sqlite_url("pause");
     pause_from_another_process(&url, &dir2);
     let _ = std::fs::remove_dir_all(dir);

@@ -1,9 +1,9 @@
-//! `hopper migrate` and `hopper load` on the servers on 127.0.0.1: PostgreSQL, MariaDB
-//! and RabbitMQ.
+//! `hopper migrate`, `hopper load` and the operator commands on the servers on 127.0.0.1:
+//! PostgreSQL, MariaDB and RabbitMQ.
 
 use std::process::Command;
 
-use crate::operate::{pause_from_another_process, scenario};
+use crate::operate::{Keeps, pause_from_another_process, scenario};
 use crate::support::{assert_each_ran_once, hopper, load_json, refused, sizes};
 
 /// The PostgreSQL server the tests use, with a schema of the test's own.
@@ -201,7 +201,7 @@ fn operate_postgres_through_the_commands() {
     let url = postgres_url(&schema);
     let body = |dir: &std::path::Path| {
         assert!(hopper(&["migrate", "--broker", &url]).status.success());
-        scenario(&url, dir);
+        scenario(&url, dir, Keeps::Records);
         pause_from_another_process(&url, dir);
     };
     with_cleanup("ops-pg", body, || drop_postgres_schema(&schema));
@@ -214,10 +214,34 @@ fn operate_mariadb_through_the_commands() {
     let url = mariadb_url(&db);
     let body = |dir: &std::path::Path| {
         assert!(hopper(&["migrate", "--broker", &url]).status.success());
-        scenario(&url, dir);
+        scenario(&url, dir, Keeps::Records);
         pause_from_another_process(&url, dir);
     };
     with_cleanup("ops-mariadb", body, || {
         mariadb(&format!("DROP DATABASE {db}"))
     });
+}
+
+#[test]
+fn operate_rabbitmq_through_the_commands() {
+    let vhost = format!("hopper_cli_ops_{}", std::process::id());
+    let ctl = |args: &[&str]| {
+        let out = Command::new("rabbitmqctl").args(args).output();
+        assert!(
+            out.is_ok_and(|o| o.status.success()),
+            "rabbitmqctl {args:?}"
+        );
+    };
+    ctl(&["add_vhost", &vhost]);
+    ctl(&["set_permissions", "-p", &vhost, "guest", ".*", ".*", ".*"]);
+    // The server the other RabbitMQ tests use, on a vhost of this test's own.
+    let base = std::env::var("HOPPER_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    let server = &base[..base.rfind('/').expect("an amqp:// URL")];
+    let url = format!("{server}/{vhost}?declare=true");
+    let body = |dir: &std::path::Path| {
+        scenario(&url, dir, Keeps::Messages);
+        pause_from_another_process(&url, dir);
+    };
+    with_cleanup("ops-amqp", body, || ctl(&["delete_vhost", &vhost]));
 }
