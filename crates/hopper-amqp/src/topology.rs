@@ -76,6 +76,14 @@ pub const CONTROL_EXCHANGE: &str = "hopper.control";
 /// How many messages are ready in `queue`, or `None` when it does not exist. A passive
 /// declare on a channel of its own: the server closes the channel when the queue is missing.
 pub(crate) async fn depth(link: &Link, queue: &str) -> Result<Option<u64>> {
+    Ok(depth_and_consumers(link, queue)
+        .await?
+        .map(|(depth, _)| depth))
+}
+
+/// The messages ready in `queue` and the consumers on it, as a passive declare reports
+/// them; `None` when the queue does not exist.
+pub(crate) async fn depth_and_consumers(link: &Link, queue: &str) -> Result<Option<(u64, u64)>> {
     let ch = link.channel().await?;
     let opts = QueueDeclareOptions {
         passive: true,
@@ -87,7 +95,10 @@ pub(crate) async fn depth(link: &Link, queue: &str) -> Result<Option<u64>> {
     match r {
         Ok(q) => {
             let _ = ch.close(200, "counted".into()).await;
-            Ok(Some(u64::from(q.message_count())))
+            Ok(Some((
+                u64::from(q.message_count()),
+                u64::from(q.consumer_count()),
+            )))
         }
         Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => Err(amqp_err(format!("counting queue {queue}"), e)),

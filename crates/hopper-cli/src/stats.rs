@@ -1,5 +1,7 @@
-//! `hopper stats [--watch]`: every queue's jobs by state, lag, pause and throughput, as a
-//! table or JSON, once or redrawn every interval.
+//! `hopper stats [--watch]`: every queue's jobs by state, lag, pause, consumers and
+//! throughput, as a table or JSON, once or redrawn every interval. Consumers are the
+//! server's count on RabbitMQ, and the live workers taking the queue where workers report
+//! themselves.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -71,6 +73,14 @@ async fn read(broker: &dyn Broker, only: &[String]) -> Result<Vec<QueueStatus>> 
     for name in names {
         rows.push(broker.queue_stats(&name).await?);
     }
+    // Where workers report themselves, a queue's consumers are the live workers taking it.
+    if broker.capabilities().admin.workers {
+        let workers = broker.workers().await?;
+        for row in &mut rows {
+            let takes = |w: &&hopper::WorkerInfo| w.queues.iter().any(|q| q.queue == row.queue);
+            row.consumers = Some(workers.iter().filter(takes).count() as u64);
+        }
+    }
     Ok(rows)
 }
 
@@ -91,6 +101,7 @@ fn render(rows: &[QueueStatus]) -> String {
         "dead",
         "lag",
         "paused",
+        "consumers",
         "done/min",
         "failed/min",
         "dead/min",
@@ -106,6 +117,7 @@ fn render(rows: &[QueueStatus]) -> String {
             c.dead.to_string(),
             s.lag.map(span).unwrap_or_else(|| "-".into()),
             if s.paused { "yes" } else { "" }.to_owned(),
+            s.consumers.map_or_else(|| "-".into(), |n| n.to_string()),
             rate(s.last_minute, |t| t.completed),
             rate(s.last_minute, |t| t.failed),
             rate(s.last_minute, |t| t.dead),
@@ -133,6 +145,7 @@ fn json(s: &QueueStatus) -> serde_json::Value {
         "dead": s.counts.dead,
         "lag_ms": s.lag.map(|d| d.as_millis() as u64),
         "paused": s.paused,
+        "consumers": s.consumers,
         "last_minute": throughput(s.last_minute),
         "last_hour": throughput(s.last_hour),
     })

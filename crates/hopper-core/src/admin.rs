@@ -247,6 +247,10 @@ pub struct QueueStatus {
     pub last_minute: Option<Throughput>,
     /// The last hour's, where the broker keeps it.
     pub last_hour: Option<Throughput>,
+    /// Consumers on the queue, where the server counts them (RabbitMQ). Brokers whose
+    /// workers report themselves leave it out: [`Broker::workers`](crate::Broker::workers)
+    /// lists who works each queue.
+    pub consumers: Option<u64>,
 }
 
 /// How long the oldest due job waited, from its `run_at` and the broker's `now`.

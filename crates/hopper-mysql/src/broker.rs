@@ -480,6 +480,7 @@ impl Broker for MySqlBroker {
             lag: lag_since(state.oldest_due, state.now),
             last_minute: Some(last_minute),
             last_hour: Some(last_hour),
+            consumers: None,
         })
     }
 

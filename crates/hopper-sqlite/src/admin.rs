@@ -273,5 +273,6 @@ pub(crate) fn stats(conn: &Connection, queue: &str, now: Millis) -> rusqlite::Re
         lag: lag_since(oldest_due, now),
         last_minute: Some(last_minute),
         last_hour: Some(last_hour),
+        consumers: None,
     })
 }

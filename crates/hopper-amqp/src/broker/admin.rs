@@ -14,7 +14,7 @@ use lapin::options::QueuePurgeOptions;
 use super::AmqpBroker;
 use crate::conn::{amqp_err, is_not_found};
 use crate::control::is_paused;
-use crate::topology::{RETRY_BUCKETS_MS, dead_queue, depth, retry_queue};
+use crate::topology::{RETRY_BUCKETS_MS, dead_queue, depth, depth_and_consumers, retry_queue};
 
 impl AmqpBroker {
     /// Deletes queues by name (missing ones are fine), for tests and tools that made them.
@@ -80,8 +80,8 @@ impl AmqpBroker {
         let retries = RETRY_BUCKETS_MS.iter().map(|&ms| retry_queue(queue, ms));
         let dead = self.inner.topology.dead_letter_queue(queue);
         // One channel each, all at once: an operator's call, ~25 round trips in one.
-        let (pending, scheduled, dead, paused) = tokio::try_join!(
-            depth(link, queue),
+        let (main, scheduled, dead, paused) = tokio::try_join!(
+            depth_and_consumers(link, queue),
             try_join_all(retries.map(|rq| async move { depth(link, &rq).await })),
             async {
                 match &dead {
@@ -98,7 +98,7 @@ impl AmqpBroker {
         Ok(QueueStatus {
             queue: queue.to_owned(),
             counts: QueueCounts {
-                pending: pending.unwrap_or(0),
+                pending: main.map_or(0, |(ready, _)| ready),
                 scheduled: scheduled.into_iter().flatten().sum(),
                 leased,
                 dead: dead.unwrap_or(0),
@@ -107,6 +107,7 @@ impl AmqpBroker {
             lag: None,
             last_minute: None,
             last_hour: None,
+            consumers: Some(main.map_or(0, |(_, consumers)| consumers)),
         })
     }
 

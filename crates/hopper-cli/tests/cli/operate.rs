@@ -61,6 +61,15 @@ fn last_hour(url: &str, queue: &str) -> (u64, u64, u64) {
     (n("completed"), n("failed"), n("dead"))
 }
 
+/// One queue's consumers from `stats --json`.
+fn consumers(url: &str, queue: &str) -> u64 {
+    let out = ok(url, &["stats", "--queue", queue, "--json"], None);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stats --json is JSON");
+    v[0]["consumers"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("consumers in {v}"))
+}
+
 /// `hopper workers --json`.
 fn live_workers(url: &str) -> Vec<serde_json::Value> {
     let out = ok(url, &["workers", "--json"], None);
@@ -127,8 +136,14 @@ pub fn scenario(url: &str, scratch: &Path, keeps: Keeps) {
     );
     let worker = start_work(url, "ops", &script);
     wait_for_stats(url, "ops", (0, 0, 0, 10));
+    assert_eq!(consumers(url, "ops"), 1, "the worker takes the queue");
     if keeps == Keeps::Messages {
         stop(worker);
+        assert_eq!(
+            consumers(url, "ops"),
+            0,
+            "the stopped worker's consumer is gone"
+        );
         return redrive_messages(url, &fixed, &script);
     }
     let pid = worker.id();
@@ -140,6 +155,11 @@ pub fn scenario(url: &str, scratch: &Path, keeps: Keeps) {
     assert_eq!(me["queues"][0]["queue"], "ops", "{me}");
     assert_eq!(me["queues"][0]["concurrency"], 4, "{me}");
     stop(worker);
+    assert_eq!(
+        consumers(url, "ops"),
+        0,
+        "the stopped worker is not counted"
+    );
     let listed = live_workers(url);
     assert!(
         listed.iter().all(|w| w["pid"] != pid),

@@ -117,6 +117,7 @@ impl PgBroker {
             lag: lag_since(oldest_due, now),
             last_minute: Some(last_minute),
             last_hour: Some(last_hour),
+            consumers: None,
         })
     }
 }
