@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use hopper::{Broker, JobId, JobState, Result, Selection};
 
-use crate::jobs::{parse_id, state_name};
+use crate::jobs::parse_id;
 use crate::report::progress;
 
 /// Dead letters taken per call with `--all`: small enough that no statement holds a
@@ -59,7 +59,7 @@ pub async fn run(url: &str, command: DeadCommand) -> Result<ExitCode> {
         match broker.job(*id).await? {
             None => return refuse(format!("no job {id}")),
             Some(r) if r.state != JobState::Dead => {
-                return refuse(format!("job {id} is {}, not dead", state_name(r.state)));
+                return refuse(format!("job {id} is {}, not dead", r.state.name()));
             }
             Some(_) => {}
         }

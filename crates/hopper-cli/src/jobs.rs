@@ -6,8 +6,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use comfy_table::Table;
 use hopper::{
-    Broker, CancelOutcome, ConfigError, Cursor, JobId, JobQuery, JobRecord, JobState, ListState,
-    Result,
+    Broker, CancelOutcome, ConfigError, Cursor, JobId, JobQuery, JobRecord, ListState, Result,
 };
 
 use crate::report::{payload_text, table, time};
@@ -153,16 +152,6 @@ async fn show(url: &str, id: JobId, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn state_name(state: JobState) -> &'static str {
-    match state {
-        JobState::Pending => "pending",
-        JobState::Leased => "leased",
-        JobState::Completed => "completed",
-        JobState::Dead => "dead",
-        JobState::Cancelled => "cancelled",
-    }
-}
-
 /// The first line of `error`, at most `chars` characters of it.
 fn brief(error: &str, chars: usize) -> String {
     let line = error.trim().lines().next_back().unwrap_or("");
@@ -179,7 +168,7 @@ fn list_table(records: &[JobRecord]) -> Table {
         let j = &r.job;
         t.add_row([
             j.id.to_string(),
-            state_name(r.state).to_owned(),
+            r.state.name().to_owned(),
             format!("{}/{}", j.attempt, j.max_attempts),
             j.priority.to_string(),
             time(j.run_at),
@@ -199,7 +188,7 @@ fn record_text(r: &JobRecord) -> String {
          created at   {}\nrun at       {}\n",
         j.id,
         j.queue,
-        state_name(r.state),
+        r.state.name(),
         j.attempt,
         j.max_attempts,
         j.priority,
@@ -240,7 +229,7 @@ pub fn record_json(r: &JobRecord) -> serde_json::Value {
     serde_json::json!({
         "id": j.id.0,
         "queue": j.queue,
-        "state": state_name(r.state),
+        "state": r.state.name(),
         "attempt": j.attempt,
         "max_attempts": j.max_attempts,
         "priority": j.priority,

@@ -13,6 +13,7 @@
 //! - `metrics`: the Prometheus exporter of `hopper work --metrics` and `load --instrument`.
 //! - `migrate`: bring a SQL broker's schema up to date (`hopper migrate`).
 //! - `report`: tables, times, payloads and progress bars shared by the commands.
+//! - `serve`: the dashboard's JSON API (`hopper serve`); the server is the `hopper-web` crate.
 //! - `work`: a worker that runs a command per job, for any language (`hopper work`).
 //! - `workers`: the live workers a broker lists (`hopper workers`).
 
@@ -26,6 +27,7 @@ mod metrics;
 mod migrate;
 mod queue;
 mod report;
+mod serve;
 mod stats;
 mod steady;
 mod work;
@@ -42,7 +44,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "hopper",
     version,
-    about = "Background jobs and messages: enqueue and work jobs; list, retry and discard them; pause, resume and purge queues; list live workers; demonstrate, load-test, benchmark and migrate brokers",
+    about = "Background jobs and messages: enqueue and work jobs; list, retry and discard them; pause, resume and purge queues; list live workers; serve a JSON API for dashboards; demonstrate, load-test, benchmark and migrate brokers",
     after_help = "Exit codes: 0 done; 1 the operation failed (a broker error, a lost job, a \
                   failed check); 2 bad usage (an unknown command or flag, a value refused).\n\
                   Logs go to standard error: RUST_LOG sets what is logged (default `warn`; \
@@ -94,6 +96,8 @@ enum Command {
         #[command(subcommand)]
         command: queue::QueueCommand,
     },
+    /// Serve the dashboard's JSON API (queues, jobs, dead letters, workers) over HTTP.
+    Serve(serve::ServeArgs),
     /// Work queues by running a command per job (payload on its standard input).
     Work(work::WorkArgs),
     /// The live workers: host, pid, queues, what they hold, their last report.
@@ -158,6 +162,7 @@ fn main() -> ExitCode {
             Command::Jobs { command } => jobs::run(&cli.broker, command).await,
             Command::Dead { command } => dead::run(&cli.broker, command).await,
             Command::Queue { command } => queue::run(&cli.broker, command).await,
+            Command::Serve(args) => serve::run(&cli.broker, args).await,
             Command::Work(args) => work::run(&cli.broker, args).await,
             Command::Workers(args) => workers::run(&cli.broker, args).await,
             Command::Load(args) => load::run(&own_queues(&cli.broker), args).await,

@@ -133,6 +133,19 @@ pub enum JobState {
     Cancelled,
 }
 
+impl JobState {
+    /// The state's name as commands and the API print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Leased => "leased",
+            JobState::Completed => "completed",
+            JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// A job as the broker stores it, for inspection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRecord {

@@ -8,6 +8,7 @@ mod errors;
 mod load;
 mod metrics;
 mod operate;
+mod serve;
 mod servers;
 mod support;
 mod work;

@@ -1,0 +1,7 @@
+//! The dashboard's API over real HTTP on 127.0.0.1, against real brokers.
+
+mod web {
+    mod api;
+    mod security;
+    mod support;
+}
