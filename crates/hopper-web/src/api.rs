@@ -95,13 +95,13 @@ pub async fn queue(
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct PageParams {
     /// pending, scheduled, leased, dead, completed or cancelled; pending by default.
-    state: Option<String>,
+    pub(crate) state: Option<String>,
     /// 1 to 1000; 50 by default.
-    limit: Option<usize>,
+    pub(crate) limit: Option<usize>,
     /// The previous page's `next`.
-    after: Option<String>,
+    pub(crate) after: Option<String>,
     /// Newest first.
-    newest: Option<bool>,
+    pub(crate) newest: Option<bool>,
 }
 
 /// A page of a queue's jobs in one state, in the order the state keeps, paged by keyset.

@@ -16,7 +16,7 @@ use axum::Form;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 
 use crate::App;
 use crate::error::ApiError;
@@ -87,11 +87,16 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, request: Request, next: N
         }
         _ => false,
     };
-    let open_page = request.uri().path() == "/login";
+    let path = request.uri().path();
+    // The login form and the stylesheet and script hold nothing of the broker's.
+    let open_page = path == "/login" || path.starts_with("/assets/");
     match &app.token {
         Some(_) if !by_bearer && !open_page => {
             let session = cookie(headers, SESSION_COOKIE);
             if !session.is_some_and(|s| same(s, &app.session)) {
+                if !path.starts_with("/api/") && request.method() == Method::GET {
+                    return Redirect::to("/login").into_response();
+                }
                 return refuse(
                     StatusCode::UNAUTHORIZED,
                     "a token is needed: `Authorization: Bearer TOKEN`, or log in at /login",
@@ -130,10 +135,11 @@ pub(crate) struct Login {
     token: String,
 }
 
-const LOGIN_PAGE: &str = "<!doctype html><html lang=en><meta charset=utf-8>\
-<meta name=viewport content=\"width=device-width,initial-scale=1\"><title>Hopper: log in</title>\
-<form method=post action=/login><label>Token <input type=password name=token autofocus></label>\
-<button>Log in</button></form></html>";
+const LOGIN_PAGE: &str = "<!doctype html><html lang=en><head><meta charset=utf-8>\
+<meta name=viewport content=\"width=device-width,initial-scale=1\"><title>Log in · Hopper</title>\
+<link rel=stylesheet href=/assets/app.css></head><body><form class=login method=post action=/login>\
+<h1>Hopper</h1><label>Token <input type=password name=token autofocus required></label>\
+<button>Log in</button></form></body></html>";
 
 /// `GET /login`: the form.
 pub(crate) async fn login_form() -> Html<&'static str> {

@@ -1,5 +1,5 @@
-//! `hopper serve`: the dashboard's JSON API over a broker, guarded by a token, a CSRF
-//! token and a read-only switch.
+//! `hopper serve`: the dashboard's pages and JSON API over a broker, guarded by a token, a
+//! CSRF token and a read-only switch.
 //!
 //! [`router`] builds the whole application for a broker; [`serve`] checks the options,
 //! binds and serves until told to stop. The API's OpenAPI document is generated from the
@@ -10,12 +10,14 @@
 //! - `auth`: the guard every request passes: loopback host names, the token, CSRF, read-only.
 //! - `api`: the reads (session, queues, jobs, workers); `actions`: the POSTs.
 //! - `views`: what the API answers; `error`: how it fails; `openapi`: the document.
+//! - `pages`: the HTML pages over the same calls, with their stylesheet and script.
 
 mod actions;
 mod api;
 pub mod auth;
 mod error;
 mod openapi;
+mod pages;
 pub mod views;
 
 use std::net::SocketAddr;
@@ -102,6 +104,12 @@ pub fn router(broker: Arc<dyn Broker>, options: &ServeOptions) -> Router {
         .route("/api/jobs/{id}/cancel", post(actions::cancel_job))
         .route("/api/workers", get(api::workers))
         .route("/login", get(auth::login_form).post(auth::login))
+        .route("/", get(pages::overview))
+        .route("/queues/{queue}", get(pages::queue))
+        .route("/jobs/{id}", get(pages::job))
+        .route("/workers", get(pages::workers))
+        .route("/assets/app.css", get(pages::css))
+        .route("/assets/app.js", get(pages::js))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             auth::guard,

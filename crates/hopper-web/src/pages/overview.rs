@@ -1,0 +1,149 @@
+//! `/`: every queue with its counts, lag, pause, consumers and last minute; the last
+//! hour's throughput of all queues together; the live workers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use hopper::{QueueStatus, WorkerInfo};
+use maud::{Markup, html};
+
+use super::chart::{chart, per_minute};
+use super::{PageResult, ago, layout, maybe, now_ms, span, time};
+use crate::App;
+
+/// Every queue's status, with consumers counted from the live workers where the broker
+/// lists them; `None` where the broker cannot list its queues.
+async fn statuses(app: &App, workers: &[WorkerInfo]) -> hopper::Result<Option<Vec<QueueStatus>>> {
+    let names = match app.broker.queues().await {
+        Ok(names) => names,
+        Err(hopper::Error::NotSupported { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let mut status = app.broker.queue_stats(&name).await?;
+        if app.broker.capabilities().admin.workers {
+            let takes = workers
+                .iter()
+                .filter(|w| w.queues.iter().any(|q| q.queue == name));
+            status.consumers = Some(takes.count() as u64);
+        }
+        out.push(status);
+    }
+    Ok(Some(out))
+}
+
+/// The live workers, or none where the broker keeps no reports.
+pub(super) async fn live_workers(app: &App) -> hopper::Result<Vec<WorkerInfo>> {
+    match app.broker.capabilities().admin.workers {
+        true => app.broker.workers().await,
+        false => Ok(Vec::new()),
+    }
+}
+
+/// `GET /`.
+pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
+    let workers = live_workers(&app).await?;
+    let queues = statuses(&app, &workers).await?;
+    let caps = app.broker.capabilities().admin;
+    let mut buckets = Vec::new();
+    if caps.throughput {
+        for q in queues.iter().flatten() {
+            buckets.extend(app.broker.throughput(&q.queue).await?);
+        }
+    }
+    let body = html! {
+        h1 { "Queues" }
+        @match &queues {
+            None => p.note {
+                "This broker cannot list its queues. Open one by name: "
+                code { "/queues/NAME" } "."
+            },
+            Some(queues) if queues.is_empty() => p.muted { "No queue holds jobs." },
+            Some(queues) => section.panel { (queue_table(queues)) },
+        }
+        @if caps.throughput {
+            h2 { "Throughput" }
+            section.panel { (chart(&per_minute(&buckets, now_ms()))) }
+        }
+        h2 { "Workers" }
+        @if caps.workers {
+            section.panel { (worker_table(&workers)) }
+        } @else {
+            p.note { "This broker keeps no worker reports: consumers are counted per queue instead." }
+        }
+    };
+    Ok(layout(&app, "Queues", body))
+}
+
+fn queue_table(queues: &[QueueStatus]) -> Markup {
+    html! {
+        table #queues {
+            thead { tr {
+                th { "queue" } th.num { "pending" } th.num { "scheduled" } th.num { "leased" }
+                th.num { "dead" } th.num { "lag" } th.num { "consumers" } th.num { "done/min" }
+                th.num { "failed/min" } th.num { "dead/min" } th {}
+            } }
+            tbody {
+                @for q in queues {
+                    @let c = q.counts;
+                    @let minute = q.last_minute;
+                    tr data-queue=(q.queue) {
+                        td { a href=(format!("/queues/{}", q.queue)) { (q.queue) } }
+                        td.num.pending { (c.pending) }
+                        td.num.scheduled { (c.scheduled) }
+                        td.num.leased { (c.leased) }
+                        td.num.dead {
+                            @if c.dead > 0 {
+                                a href=(format!("/queues/{}?state=dead", q.queue)) { (c.dead) }
+                            } @else { "0" }
+                        }
+                        td.num { (q.lag.map(span).unwrap_or_else(|| "-".into())) }
+                        td.num { (maybe(q.consumers)) }
+                        td.num { (maybe(minute.map(|t| t.completed))) }
+                        td.num { (maybe(minute.map(|t| t.failed))) }
+                        td.num { (maybe(minute.map(|t| t.dead))) }
+                        td { @if q.paused { span.badge.paused { "paused" } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The live workers, with each queue's slots, what it holds and its window.
+pub(super) fn worker_table(workers: &[WorkerInfo]) -> Markup {
+    html! {
+        @if workers.is_empty() {
+            p.muted { "No live workers." }
+        } @else {
+            table #workers {
+                thead { tr {
+                    th { "worker" } th { "queues: running / held of slots, window" }
+                    th { "started" } th { "last report" } th { "expires in" }
+                } }
+                tbody {
+                    @for w in workers {
+                        tr {
+                            td { (w.host) " " span.muted { "pid " (w.pid) } br; span.muted { (w.id) } }
+                            td {
+                                @for q in &w.queues {
+                                    div {
+                                        a href=(format!("/queues/{}", q.queue)) { (q.queue) } " "
+                                        (q.running) " / " (q.held) " of " (q.concurrency)
+                                        span.muted { ", window " (q.window) }
+                                        @if q.paused { " " span.badge.paused { "paused" } }
+                                    }
+                                }
+                            }
+                            td { (time(w.started_at)) }
+                            td { (ago(w.heartbeat_at)) }
+                            td { (span(Duration::from_millis((w.expires_at - now_ms()).max(0) as u64))) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
