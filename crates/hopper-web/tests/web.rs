@@ -2,6 +2,7 @@
 
 mod web {
     mod api;
+    mod browser;
     mod pages;
     mod security;
     mod support;
