@@ -48,5 +48,5 @@ pub use retry::RetryPolicy;
 pub use url::{BrokerUrl, redact_url};
 pub use worker::{
     JobContext, JobError, JobResult, QueueOptions, QueueStats, Worker, WorkerBuilder, WorkerCounts,
-    WorkerStats, sample_queue_metrics,
+    WorkerStats, sample_queue_metrics, set_queue_gauges,
 };

@@ -24,6 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::State;
 use axum::routing::{get, post};
 use hopper::{Broker, ConfigError};
 
@@ -39,6 +40,18 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// Refuse every action.
     pub read_only: bool,
+    /// What `/metrics` serves; without it, `/metrics` answers 404.
+    pub metrics: Option<Metrics>,
+}
+
+/// Renders the process's metrics as Prometheus text, for `/metrics`.
+#[derive(Clone)]
+pub struct Metrics(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
 }
 
 impl ServeOptions {
@@ -73,6 +86,7 @@ pub(crate) struct App {
     pub(crate) csrf: String,
     /// The session cookie's value once logged in with the token.
     pub(crate) session: String,
+    pub(crate) metrics: Option<Metrics>,
 }
 
 /// The application: the API under `/api`, behind the guard.
@@ -83,6 +97,7 @@ pub fn router(broker: Arc<dyn Broker>, options: &ServeOptions) -> Router {
         read_only: options.read_only,
         csrf: auth::secret(),
         session: auth::secret(),
+        metrics: options.metrics.clone(),
     });
     Router::new()
         .route("/api/session", get(api::session))
@@ -103,6 +118,7 @@ pub fn router(broker: Arc<dyn Broker>, options: &ServeOptions) -> Router {
         .route("/api/jobs/{id}/discard", post(actions::discard_job))
         .route("/api/jobs/{id}/cancel", post(actions::cancel_job))
         .route("/api/workers", get(api::workers))
+        .route("/metrics", get(metrics))
         .route("/login", get(auth::login_form).post(auth::login))
         .route("/", get(pages::overview))
         .route("/queues/{queue}", get(pages::queue))
@@ -115,6 +131,22 @@ pub fn router(broker: Arc<dyn Broker>, options: &ServeOptions) -> Router {
             auth::guard,
         ))
         .with_state(app)
+}
+
+/// `GET /metrics`: Prometheus text, where the server was given a renderer.
+async fn metrics(State(app): State<Arc<App>>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match &app.metrics {
+        Some(render) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4",
+            )],
+            (render.0)(),
+        )
+            .into_response(),
+        None => error::ApiError::not_found("this server records no metrics").into_response(),
+    }
 }
 
 /// Checks `options`, binds, and serves until `stop` completes.

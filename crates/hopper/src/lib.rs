@@ -52,7 +52,7 @@ pub use hopper_core::{
     Error, Job, JobContext, JobError, JobId, JobPage, JobQuery, JobRecord, JobResult, JobState,
     Limits, ListState, MemoryBroker, NewJob, Prefetch, QueueCounts, QueueOptions, QueueStats,
     QueueStatus, Result, RetryPolicy, RunAt, Selection, Throughput, Worker, WorkerBuilder,
-    WorkerCounts, WorkerInfo, WorkerStats, redact_url, sample_queue_metrics,
+    WorkerCounts, WorkerInfo, WorkerStats, redact_url, sample_queue_metrics, set_queue_gauges,
 };
 #[cfg(feature = "mysql")]
 pub use hopper_mysql::{MySqlBroker, MySqlOptions};

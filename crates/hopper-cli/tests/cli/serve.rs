@@ -1,5 +1,5 @@
 //! `hopper serve`: refused beyond loopback without a token; serving the API over a broker
-//! whose URL holds a password, which no answer and no log line shows.
+//! whose URL holds a password, which no answer and no log line shows, and its `/metrics`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -41,6 +41,11 @@ fn serve_answers_without_showing_the_broker_password() {
         base.replacen("postgres@", "postgres:hunter2@", 1)
     );
     assert!(hopper(&["migrate", "--broker", &url]).status.success());
+    assert!(
+        hopper(&["--broker", &url, "enqueue", "q", "1"])
+            .status
+            .success()
+    );
     let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
         .args([
             "--broker",
@@ -77,6 +82,32 @@ fn serve_answers_without_showing_the_broker_password() {
         answers.push_str(&answer);
     }
     assert!(answers.contains("\"broker\":\"postgres\""), "{answers}");
+    // `/metrics` parses as Prometheus text and counts the pending job once sampled.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let answer = get(&addr, "/metrics", "t0k");
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+        let lines = body.lines().map(|l| Ok(l.to_owned()));
+        let scrape = prometheus_parse::Scrape::parse(lines).expect("/metrics parses");
+        let pending = scrape.samples.iter().find(|s| {
+            s.metric == "hopper_queue_jobs"
+                && s.labels.get("queue") == Some("q")
+                && s.labels.get("state") == Some("pending")
+        });
+        if let Some(sample) = pending {
+            assert!(
+                matches!(sample.value, prometheus_parse::Value::Gauge(v) if v == 1.0),
+                "{body}"
+            );
+            answers.push_str(&body);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no queue gauge in {body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

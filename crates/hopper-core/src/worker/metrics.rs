@@ -135,43 +135,53 @@ impl WallClock {
 /// queue gauges (see the module docs); runs until dropped. A broker that keeps no
 /// statistics is asked once, and the loop ends with a warning.
 pub async fn sample_queue_metrics(broker: Arc<dyn Broker>, queues: Vec<String>, every: Duration) {
-    let name = broker.capabilities().name;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        for queue in &queues {
-            let status = match broker.queue_stats(queue).await {
-                Ok(status) => status,
-                Err(e @ crate::Error::NotSupported { .. }) => {
-                    tracing::warn!(error = %e, "queue gauges are not sampled");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e.chain(), queue, "sampling queue gauges failed");
-                    continue;
-                }
-            };
-            let labels = |state: &'static str| {
-                [
-                    ("queue", queue.clone()),
-                    ("broker", name.to_owned()),
-                    ("state", state.to_owned()),
-                ]
-            };
-            let c = status.counts;
-            for (state, n) in [
-                ("pending", c.pending),
-                ("scheduled", c.scheduled),
-                ("leased", c.leased),
-                ("dead", c.dead),
-            ] {
-                gauge!("hopper_queue_jobs", &labels(state)).set(n as f64);
-            }
-            let labels = [("queue", queue.clone()), ("broker", name.to_owned())];
-            let lag = status.lag.unwrap_or_default().as_secs_f64();
-            gauge!("hopper_queue_lag_seconds", &labels).set(lag);
-            gauge!("hopper_queue_paused", &labels).set(if status.paused { 1.0 } else { 0.0 });
+        if !set_queue_gauges(&*broker, &queues).await {
+            return;
         }
     }
+}
+
+/// Sets the queue gauges (see the module docs) of `queues` once, from
+/// [`queue_stats`](Broker::queue_stats). Returns `false`, with a warning, when the broker
+/// keeps no statistics; a queue whose statistics fail is skipped with a warning.
+pub async fn set_queue_gauges(broker: &dyn Broker, queues: &[String]) -> bool {
+    let name = broker.capabilities().name;
+    for queue in queues {
+        let status = match broker.queue_stats(queue).await {
+            Ok(status) => status,
+            Err(e @ crate::Error::NotSupported { .. }) => {
+                tracing::warn!(error = %e, "queue gauges are not sampled");
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e.chain(), queue, "sampling queue gauges failed");
+                continue;
+            }
+        };
+        let labels = |state: &'static str| {
+            [
+                ("queue", queue.clone()),
+                ("broker", name.to_owned()),
+                ("state", state.to_owned()),
+            ]
+        };
+        let c = status.counts;
+        for (state, n) in [
+            ("pending", c.pending),
+            ("scheduled", c.scheduled),
+            ("leased", c.leased),
+            ("dead", c.dead),
+        ] {
+            gauge!("hopper_queue_jobs", &labels(state)).set(n as f64);
+        }
+        let labels = [("queue", queue.clone()), ("broker", name.to_owned())];
+        let lag = status.lag.unwrap_or_default().as_secs_f64();
+        gauge!("hopper_queue_lag_seconds", &labels).set(lag);
+        gauge!("hopper_queue_paused", &labels).set(if status.paused { 1.0 } else { 0.0 });
+    }
+    true
 }

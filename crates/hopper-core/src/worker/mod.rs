@@ -31,7 +31,7 @@ use std::time::Duration;
 pub use builder::WorkerBuilder;
 pub use handle::{Worker, WorkerCounts};
 pub use handler::{JobContext, JobError, JobResult};
-pub use metrics::sample_queue_metrics;
+pub use metrics::{sample_queue_metrics, set_queue_gauges};
 pub use options::QueueOptions;
 pub(crate) use options::{QueueSpec, WorkerConfig};
 pub use stats::{QueueStats, SIZES_KEPT, WorkerStats};

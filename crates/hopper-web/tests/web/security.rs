@@ -151,6 +151,7 @@ fn a_bind_beyond_loopback_needs_a_token() {
         bind: bind.parse::<SocketAddr>().unwrap(),
         token: token.map(str::to_owned),
         read_only: false,
+        metrics: None,
     };
     let err = options("0.0.0.0:8080", None)
         .check()

@@ -24,6 +24,7 @@ pub async fn start(broker: Arc<dyn Broker>, token: Option<&str>, read_only: bool
         bind: addr,
         token: token.map(str::to_owned),
         read_only,
+        metrics: None,
     };
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
