@@ -33,6 +33,7 @@ pub async fn run(url: &str, args: ServeArgs) -> Result<ExitCode> {
         token: args.token,
         read_only: args.read_only,
         metrics: None,
+        follow_every: hopper::registry::HEARTBEAT_EVERY,
     };
     // Refused before the broker is reached, as bad usage.
     options.check()?;

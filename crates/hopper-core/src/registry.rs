@@ -30,6 +30,10 @@ pub const BUCKET: Duration = Duration::from_secs(10);
 /// How far back brokers keep throughput buckets: the last hour, and the bucket running.
 pub const KEPT: Duration = Duration::from_secs(3600 + 10);
 
+/// The most fetch sizes one report carries per queue: enough to show an adaptive window
+/// growing from one (1 1 2 2 4 4 8 8 16 …) between two reports.
+pub const FETCHES_PER_REPORT: usize = 64;
+
 /// The longest `id` or `host` a report may carry, in bytes.
 pub const MAX_NAME: usize = 200;
 
@@ -48,6 +52,10 @@ pub struct QueueBeat {
     pub window: usize,
     /// Whether the worker stopped taking it ([`Worker::pause`](crate::Worker::pause)).
     pub paused: bool,
+    /// The sizes of its fetches since the previous report, in order: the first
+    /// [`FETCHES_PER_REPORT`] of them. On a pushed broker, the batches handed to handlers.
+    #[serde(default)]
+    pub fetches: Vec<u32>,
 }
 
 /// A worker as the broker lists it.

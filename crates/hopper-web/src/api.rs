@@ -10,6 +10,7 @@ use utoipa::IntoParams;
 
 use crate::App;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::timeline::Track;
 use crate::views::{JobView, PageView, QueueDetail, QueueView, SessionView, WorkerView};
 
 /// The broker's name and abilities, and the token state-changing calls carry.
@@ -168,4 +169,21 @@ pub async fn job(State(app): State<Arc<App>>, Path(id): Path<String>) -> ApiResu
 pub async fn workers(State(app): State<Arc<App>>) -> ApiResult<Json<Vec<WorkerView>>> {
     let workers = app.broker.workers().await?;
     Ok(Json(workers.iter().map(WorkerView::from).collect()))
+}
+
+/// How the workers taking a queue fetched over the last ten minutes: per worker, each
+/// report's window, what it held and ran, and the sizes of its fetches since the report
+/// before. Empty where the broker keeps no worker reports.
+#[utoipa::path(get, path = "/api/queues/{queue}/fetching",
+    params(("queue" = String, Path, description = "the queue's name")),
+    responses(
+        (status = 200, body = [Track]),
+        (status = 400, description = "an invalid queue name", body = ErrorBody),
+    ))]
+pub async fn fetching(
+    State(app): State<Arc<App>>,
+    Path(queue): Path<String>,
+) -> ApiResult<Json<Vec<Track>>> {
+    hopper::broker::validate_queue_name(&queue)?;
+    Ok(Json(app.timeline.of_queue(&queue)))
 }

@@ -18,6 +18,7 @@ pub mod auth;
 mod error;
 mod openapi;
 mod pages;
+pub mod timeline;
 pub mod views;
 
 use std::net::SocketAddr;
@@ -42,6 +43,9 @@ pub struct ServeOptions {
     pub read_only: bool,
     /// What `/metrics` serves; without it, `/metrics` answers 404.
     pub metrics: Option<Metrics>,
+    /// How often the server reads the workers' reports to draw how they fetch; the
+    /// workers report every 5 s by default.
+    pub follow_every: std::time::Duration,
 }
 
 /// Renders the process's metrics as Prometheus text, for `/metrics`.
@@ -87,24 +91,35 @@ pub(crate) struct App {
     /// The session cookie's value once logged in with the token.
     pub(crate) session: String,
     pub(crate) metrics: Option<Metrics>,
+    pub(crate) timeline: timeline::Timeline,
 }
 
-/// The application: the API under `/api`, behind the guard.
+/// The application: the pages and the API under `/api`, behind the guard. Nothing follows
+/// the workers' reports: [`serve`] does.
 pub fn router(broker: Arc<dyn Broker>, options: &ServeOptions) -> Router {
-    let app = Arc::new(App {
+    routes(app(broker, options))
+}
+
+fn app(broker: Arc<dyn Broker>, options: &ServeOptions) -> Arc<App> {
+    Arc::new(App {
         broker,
         token: options.token.clone(),
         read_only: options.read_only,
         csrf: auth::secret(),
         session: auth::secret(),
         metrics: options.metrics.clone(),
-    });
+        timeline: timeline::Timeline::default(),
+    })
+}
+
+fn routes(app: Arc<App>) -> Router {
     Router::new()
         .route("/api/session", get(api::session))
         .route("/api/openapi.json", get(openapi::document))
         .route("/api/queues", get(api::queues))
         .route("/api/queues/{queue}", get(api::queue))
         .route("/api/queues/{queue}/jobs", get(api::jobs))
+        .route("/api/queues/{queue}/fetching", get(api::fetching))
         .route("/api/queues/{queue}/pause", post(actions::pause))
         .route("/api/queues/{queue}/resume", post(actions::resume))
         .route("/api/queues/{queue}/purge", post(actions::purge))
@@ -172,8 +187,19 @@ pub async fn serve_on(
     options.check()?;
     let address = listener.local_addr().map_or(options.bind, |a| a);
     tracing::info!(%address, "serving the dashboard");
-    axum::serve(listener, router(broker, &options))
+    let app = app(broker, &options);
+    let follower = app
+        .broker
+        .capabilities()
+        .admin
+        .workers
+        .then(|| tokio::spawn(timeline::follow(app.clone(), options.follow_every)));
+    let served = axum::serve(listener, routes(app))
         .with_graceful_shutdown(stop)
         .await
-        .map_err(|e| hopper::Error::broker_msg(format!("serving {address}: {e}")))
+        .map_err(|e| hopper::Error::broker_msg(format!("serving {address}: {e}")));
+    if let Some(follower) = follower {
+        follower.abort();
+    }
+    served
 }

@@ -3,7 +3,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use crate::{actions, api, error, views};
+use crate::{actions, api, error, timeline, views};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -26,6 +26,7 @@ use crate::{actions, api, error, views};
         actions::purge,
         actions::retry_dead,
         actions::discard_dead,
+        api::fetching,
     ),
     components(schemas(
         error::ErrorBody,
@@ -41,6 +42,8 @@ use crate::{actions, api, error, views};
         views::WorkerQueueView,
         views::Changed,
         views::DeadSelection,
+        timeline::Track,
+        timeline::Point,
     ))
 )]
 struct ApiDoc;

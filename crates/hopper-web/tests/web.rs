@@ -3,6 +3,7 @@
 mod web {
     mod api;
     mod browser;
+    mod fetching;
     mod pages;
     mod security;
     mod support;

@@ -4,9 +4,11 @@
 //!
 //! - `overview`: every queue, the last hour's throughput, live workers;
 //! - `queue`: one queue's counts, chart, jobs by state, its actions; dead letters picked
-//!   and re-driven; `job`: one job, and the workers page.
+//!   and re-driven; `fetching`: how its workers fetch; `job`: one job, and the workers
+//!   page.
 
 mod chart;
+mod fetching;
 mod job;
 mod overview;
 mod queue;

@@ -9,6 +9,7 @@ use hopper::{Cursor, JobQuery, JobRecord, ListState, QueueStatus};
 use maud::{Markup, html};
 
 use super::chart::{chart, per_minute};
+use super::fetching::fetching;
 use super::overview::{live_workers, worker_table};
 use super::{PageResult, layout, maybe, now_ms, span, time};
 use crate::App;
@@ -72,6 +73,8 @@ pub(crate) async fn queue(
         @if caps.workers {
             h2 { "Workers taking it" }
             section.panel { (worker_table(&workers)) }
+            h2 { "How they fetch" }
+            section.panel #fetching { (fetching(&app.timeline.of_queue(&queue))) }
         }
         h2 { "Jobs" }
         @match &page {

@@ -348,7 +348,7 @@ async fn actions_change_what_the_broker_holds() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Every route the server answers is in the OpenAPI document, and the document parses.
+/// Every API route the server answers is in the OpenAPI document, and the document parses.
 #[tokio::test]
 async fn the_openapi_document_lists_every_route() {
     let (broker, dir) = sqlite("openapi").await;
@@ -374,6 +374,7 @@ async fn the_openapi_document_lists_every_route() {
             "/api/queues/{queue}",
             "/api/queues/{queue}/dead/discard",
             "/api/queues/{queue}/dead/retry",
+            "/api/queues/{queue}/fetching",
             "/api/queues/{queue}/jobs",
             "/api/queues/{queue}/pause",
             "/api/queues/{queue}/purge",

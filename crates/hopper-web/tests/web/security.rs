@@ -152,6 +152,7 @@ fn a_bind_beyond_loopback_needs_a_token() {
         token: token.map(str::to_owned),
         read_only: false,
         metrics: None,
+        follow_every: std::time::Duration::from_millis(100),
     };
     let err = options("0.0.0.0:8080", None)
         .check()

@@ -25,6 +25,7 @@ pub async fn start(broker: Arc<dyn Broker>, token: Option<&str>, read_only: bool
         token: token.map(str::to_owned),
         read_only,
         metrics: None,
+        follow_every: std::time::Duration::from_millis(100),
     };
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {

@@ -42,10 +42,12 @@ impl EventLoop {
     }
 
     /// What the heartbeat reports of each queue: slots, what is held and running, window.
-    fn report(&self) -> Vec<QueueBeat> {
+    fn report(&mut self) -> Vec<QueueBeat> {
         let mut beats = Vec::with_capacity(self.queues.len());
-        for (qi, q) in self.queues.iter().enumerate() {
+        for qi in 0..self.queues.len() {
             let (waiting, running) = self.held(qi);
+            let fetches = std::mem::take(&mut self.queues[qi].unreported);
+            let q = &self.queues[qi];
             beats.push(QueueBeat {
                 queue: q.name.clone(),
                 concurrency: q.opts.concurrency,
@@ -53,6 +55,7 @@ impl EventLoop {
                 running: running as usize,
                 window: self.window(q),
                 paused: q.paused,
+                fetches,
             });
         }
         beats

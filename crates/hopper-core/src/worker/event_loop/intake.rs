@@ -487,9 +487,12 @@ impl EventLoop {
         }
         // Only a fetch adds to what a queue holds, so only the queues it served can have
         // reached a new peak.
-        for (q, &got) in self.queues.iter().zip(&got) {
+        for (q, &got) in self.queues.iter_mut().zip(&got) {
             if got == 0 {
                 continue;
+            }
+            if q.unreported.len() < crate::registry::FETCHES_PER_REPORT {
+                q.unreported.push(got as u32);
             }
             let held = q.buffer.len() + q.in_handoffs;
             q.meters.fetched.increment(got as u64);

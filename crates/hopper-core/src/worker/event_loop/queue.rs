@@ -54,6 +54,9 @@ pub(super) struct QueueState {
     pub(super) full: bool,
     /// The number of the latest fetch sent for this queue.
     pub(super) last_sent: u64,
+    /// The sizes of this queue's fetches since the heartbeat's last report (the first
+    /// [`FETCHES_PER_REPORT`](crate::registry::FETCHES_PER_REPORT)).
+    pub(super) unreported: Vec<u32>,
 }
 
 impl QueueState {
@@ -79,6 +82,7 @@ impl QueueState {
             asked: 0,
             full: false,
             last_sent: 0,
+            unreported: Vec::new(),
         }
     }
 

@@ -1,0 +1,110 @@
+//! How each worker fetched, over time: the server follows the workers' reports (one
+//! `workers` call every few seconds, whatever the number of open pages) and keeps, per
+//! worker and queue, the latest points: the window, what was held and running, and the
+//! sizes of the fetches since the report before. Pages and the API read it from memory.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hopper::WorkerInfo;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::App;
+
+/// Points kept per worker and queue: ten minutes of reports every 5 s.
+pub const KEPT_POINTS: usize = 120;
+
+/// One report of one queue of one worker.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Point {
+    /// When the worker reported (ms since the epoch).
+    pub at: i64,
+    pub window: usize,
+    pub held: usize,
+    pub running: usize,
+    /// The sizes of the fetches since the report before, in order.
+    pub fetches: Vec<u32>,
+}
+
+/// One worker's points for one queue, oldest first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Track {
+    pub worker: String,
+    pub host: String,
+    pub pid: u32,
+    pub points: Vec<Point>,
+}
+
+/// A worker's track of one queue as kept: who, and its latest points.
+type Kept = (Track, VecDeque<Point>);
+
+#[derive(Debug, Default)]
+pub(crate) struct Timeline {
+    /// By (worker, queue).
+    tracks: Mutex<HashMap<(String, String), Kept>>,
+}
+
+impl Timeline {
+    /// Takes in the reports of `workers` not seen yet, and forgets workers no longer listed.
+    pub(crate) fn observe(&self, workers: &[WorkerInfo]) {
+        let mut tracks = self.tracks.lock().unwrap_or_else(|e| e.into_inner());
+        tracks.retain(|(id, _), _| workers.iter().any(|w| &w.id == id));
+        for w in workers {
+            for q in &w.queues {
+                let key = (w.id.clone(), q.queue.clone());
+                let (_, points) = tracks.entry(key).or_insert_with(|| {
+                    let track = Track {
+                        worker: w.id.clone(),
+                        host: w.host.clone(),
+                        pid: w.pid,
+                        points: Vec::new(),
+                    };
+                    (track, VecDeque::new())
+                });
+                if points.back().is_some_and(|p| p.at >= w.heartbeat_at) {
+                    continue;
+                }
+                if points.len() == KEPT_POINTS {
+                    points.pop_front();
+                }
+                points.push_back(Point {
+                    at: w.heartbeat_at,
+                    window: q.window,
+                    held: q.held,
+                    running: q.running,
+                    fetches: q.fetches.clone(),
+                });
+            }
+        }
+    }
+
+    /// The tracks of `queue`, by worker id.
+    pub(crate) fn of_queue(&self, queue: &str) -> Vec<Track> {
+        let tracks = self.tracks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<Track> = tracks
+            .iter()
+            .filter(|((_, q), _)| q == queue)
+            .map(|(_, (track, points))| Track {
+                points: points.iter().cloned().collect(),
+                ..track.clone()
+            })
+            .collect();
+        out.sort_by(|a, b| a.worker.cmp(&b.worker));
+        out
+    }
+}
+
+/// Follows the workers' reports every `every`, until the task is aborted.
+pub(crate) async fn follow(app: Arc<App>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match app.broker.workers().await {
+            Ok(workers) => app.timeline.observe(&workers),
+            Err(e) => tracing::debug!(error = %e.chain(), "following the workers' reports"),
+        }
+    }
+}

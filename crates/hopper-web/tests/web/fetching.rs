@@ -1,0 +1,85 @@
+//! How a worker fetched, as the server follows its reports: every fetch it made is on the
+//! queue's track, in order, starting from a window of one under the adaptive prefetch.
+
+use std::time::{Duration, Instant};
+
+use hopper::{JobContext, NewJob, Prefetch, QueueOptions, Worker};
+
+use super::support::{get, sqlite, start};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_fetches_are_followed_in_order() {
+    let (broker, dir) = sqlite("fetching").await;
+    let jobs = (0..300u64)
+        .map(|i| NewJob::json("auto", &i).unwrap())
+        .collect();
+    broker.enqueue(jobs).await.unwrap();
+    let server = start(broker.clone(), None, false).await;
+    let worker = Worker::builder(broker.clone())
+        .heartbeat(Duration::from_millis(100))
+        .queue(
+            "auto",
+            QueueOptions::new().concurrency(8).prefetch(Prefetch::Auto),
+            |_job: JobContext<u64>| async {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                Ok(())
+            },
+        )
+        .start()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while worker.stats().completed < 300 {
+        assert!(Instant::now() < deadline, "{:?}", worker.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fetched = worker.stats().fetched_jobs;
+    // Every fetch is reported within a report or two, and the server follows each report.
+    let tracks = loop {
+        let tracks = get(&server, "/api/queues/auto/fetching", &[]).await.json();
+        let sizes: Vec<u64> = tracks[0]["points"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|p| {
+                p["fetches"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.as_u64().unwrap())
+            })
+            .collect();
+        if sizes.iter().sum::<u64>() == fetched {
+            break (tracks, sizes);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "followed {sizes:?}, fetched {fetched}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (tracks, sizes) = tracks;
+    assert_eq!(tracks.as_array().unwrap().len(), 1, "one worker");
+    assert_eq!(sizes[0], 1, "Auto starts with a window of one: {sizes:?}");
+    let windows: Vec<u64> = tracks[0]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["window"].as_u64().unwrap())
+        .collect();
+    assert!(
+        windows.iter().any(|&w| w > 1),
+        "the window grew: {windows:?}"
+    );
+    let page = get(&server, "/queues/auto", &[]).await;
+    assert!(
+        page.body.contains("data-worker="),
+        "the page shows the track"
+    );
+    assert!(
+        page.body.contains("Latest fetches, in order"),
+        "{}",
+        page.body
+    );
+    worker.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
