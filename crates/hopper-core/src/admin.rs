@@ -20,6 +20,11 @@ pub const ERROR_HISTORY: usize = 20;
 /// panics and standard error put the cause), cut at a character boundary.
 pub const MAX_ERROR_BYTES: usize = 4096;
 
+/// How far [`Broker::queue_glance`](crate::Broker::queue_glance) counts each state for the
+/// dashboard: a queue of a million jobs shows "10000+" in a few milliseconds rather than
+/// its exact count in a few hundred.
+pub const COUNT_BOUND: u64 = 10_000;
+
 /// The most jobs one [`Broker::list_jobs`](crate::Broker::list_jobs) page holds.
 pub const MAX_PAGE: usize = 1000;
 
@@ -247,6 +252,10 @@ pub struct QueueStatus {
     pub last_minute: Option<Throughput>,
     /// The last hour's, where the broker keeps it.
     pub last_hour: Option<Throughput>,
+    /// Where the counts are bounded ([`Broker::queue_glance`](crate::Broker::queue_glance)):
+    /// a count of at most this many is exact, and one of this plus one means more. `None`:
+    /// every count is exact.
+    pub bound: Option<u64>,
     /// Consumers on the queue, where the server counts them (RabbitMQ). Brokers whose
     /// workers report themselves leave it out: [`Broker::workers`](crate::Broker::workers)
     /// lists who works each queue.

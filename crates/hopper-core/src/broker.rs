@@ -498,6 +498,15 @@ pub trait Broker: Send + Sync + Debug + 'static {
         Err(self.not_supported("queue statistics"))
     }
 
+    /// [`queue_stats`](Broker::queue_stats) for a glance: each state counted up to `bound`
+    /// jobs and no further, so that the cost does not grow with the queue. A count of
+    /// `bound + 1` means more than `bound`; [`QueueStatus::bound`] says so. Brokers whose
+    /// counts cost nothing count exactly (the default) and leave `bound` at `None`.
+    async fn queue_glance(&self, queue: &str, bound: u64) -> Result<QueueStatus> {
+        let _ = bound;
+        self.queue_stats(queue).await
+    }
+
     /// Records a worker's report ([`crate::registry`]): lists the worker until the report's
     /// `ttl` passes, and adds what it settled to its queues' throughput buckets.
     async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {

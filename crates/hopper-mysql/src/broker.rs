@@ -7,10 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection, lag_since};
+use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection};
 use hopper_core::clock::Pace;
 use hopper_core::job::{to_millis, validate_queue_name};
-use hopper_core::registry::windows;
 use hopper_core::{
     AdminCalls, Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, Error,
     FetchRequest, Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport,
@@ -187,6 +186,17 @@ impl MySqlBroker {
     fn reap_due(&self, now: Option<Millis>) -> bool {
         let now = now.unwrap_or_else(|| to_millis(SystemTime::now()));
         self.inner.reap_pace.due(now)
+    }
+
+    /// A queue's statistics, its counts exact (`None`) or bounded.
+    async fn queue_status(&self, queue: &str, bound: Option<u64>) -> Result<QueueStatus> {
+        let now = self.now();
+        run!(
+            &self.inner.conns,
+            "reading queue statistics",
+            Repeat::Safe,
+            |conn| { queries::queue_status(conn, queue, now, bound) }
+        )
     }
 }
 
@@ -387,7 +397,7 @@ impl Broker for MySqlBroker {
     async fn counts(&self, queue: &str) -> Result<QueueCounts> {
         let now = self.now();
         run!(&self.inner.conns, "counting jobs", Repeat::Safe, |conn| {
-            queries::counts(conn, queue, now)
+            queries::counts(conn, queue, now, None)
         })
     }
 
@@ -459,29 +469,11 @@ impl Broker for MySqlBroker {
     }
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
-        let now = self.now();
-        let (counts, state, buckets) = run!(
-            &self.inner.conns,
-            "reading queue statistics",
-            Repeat::Safe,
-            |conn| async {
-                let counts = queries::counts(conn, queue, now).await?;
-                let state = queries::queue_state(conn, queue, now).await?;
-                // Against the clock the state was read at, as the windows are.
-                let buckets = queries::buckets(conn, queue, Some(state.now)).await?;
-                Ok((counts, state, buckets))
-            }
-        )?;
-        let (last_minute, last_hour) = windows(&buckets, state.now);
-        Ok(QueueStatus {
-            queue: queue.to_owned(),
-            counts,
-            paused: state.paused,
-            lag: lag_since(state.oldest_due, state.now),
-            last_minute: Some(last_minute),
-            last_hour: Some(last_hour),
-            consumers: None,
-        })
+        self.queue_status(queue, None).await
+    }
+
+    async fn queue_glance(&self, queue: &str, bound: u64) -> Result<QueueStatus> {
+        self.queue_status(queue, Some(bound)).await
     }
 
     async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {

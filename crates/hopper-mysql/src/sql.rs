@@ -146,6 +146,8 @@ statements! {
     JOB_RECORD = "job_record.sql";
     /// A queue's jobs by state.
     COUNTS = "counts.sql";
+    /// The same, each state's count stopped at a limit.
+    COUNTS_BOUNDED = "counts_bounded.sql";
     /// A queue's dead letters, oldest first.
     DEAD_LETTERS = "dead_letters.sql";
     /// Removes every job of a queue.
@@ -288,8 +290,8 @@ pub(crate) fn probe(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::{
-        LIST_FINISHED, LIST_LEASED, all, claim_one, enqueue, keyset, list_level, padded, probe,
-        settle_update, throughput_add, with_ids, with_pairs,
+        COUNTS, COUNTS_BOUNDED, LIST_FINISHED, LIST_LEASED, all, claim_one, enqueue, keyset,
+        list_level, padded, probe, settle_update, throughput_add, with_ids, with_pairs,
     };
 
     #[test]
@@ -362,5 +364,32 @@ mod tests {
         ] {
             assert!(!text.contains('{'), "{text}");
         }
+    }
+
+    /// The predicates of each count, in order: the bounded counts count what the exact do.
+    fn count_predicates(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter_map(|line| line.split_once(" WHERE ").map(|(_, p)| p))
+            .map(|p| match p.split_once(" LIMIT ?") {
+                Some((p, _)) => p,
+                None => p
+                    .strip_suffix(',')
+                    .unwrap_or(p)
+                    .strip_suffix(')')
+                    .unwrap_or(p),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bounded_counts_count_what_the_exact_counts_do() {
+        let exact = count_predicates(&COUNTS);
+        assert_eq!(exact.len(), 4, "{}", *COUNTS);
+        assert_eq!(count_predicates(&COUNTS_BOUNDED), exact);
+        assert_eq!(COUNTS_BOUNDED.matches("LIMIT ?").count(), 4);
+        assert_eq!(
+            COUNTS_BOUNDED.matches('?').count(),
+            COUNTS.matches('?').count() + 4
+        );
     }
 }

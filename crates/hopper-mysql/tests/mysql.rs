@@ -19,6 +19,7 @@ mod mysql {
     mod ranges;
     mod registry;
     mod settling;
+    mod stats_scale;
     mod suite;
     pub mod support;
     mod unreadable;

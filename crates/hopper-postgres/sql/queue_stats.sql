@@ -1,9 +1,15 @@
 -- Queue $1's counts (as counts.sql counts them), whether it is paused, the run_at of its
 -- oldest due job and the time now. Each state is counted over the range of its own index
--- that holds the queue, never over the other queues' jobs. The oldest due job is the first
--- of some priority level's range of due jobs: one index descent per level (see
--- claim.sql), not a walk over every due job. Then the queue's throughput buckets (see
--- throughput.sql; $3 is the span of a bucket), as arrays, oldest first.
+-- that holds the queue, never over the other queues' jobs; given $4, no further than $4
+-- jobs (NULL: every job, `LIMIT NULL` being no limit), so that a glance at a queue of a
+-- million jobs reads $4 index entries per state, not the million.
+-- Bounded, the waiting jobs are counted per priority level: a level's due jobs are one
+-- range of the index and its delayed jobs the next, so neither count walks the other's
+-- jobs. Exact, both are counted in one walk of the queue's range (`waiting`, read only
+-- then), twice as fast as the levels' ranges one by one. The levels take one index
+-- descent each (see claim.sql); the oldest due job is the first of some level's range of
+-- due jobs. Then the queue's throughput buckets (see throughput.sql; $3 is the span of a
+-- bucket), as arrays, oldest first.
 WITH RECURSIVE now AS (SELECT coalesce($2::bigint, {schema}.hopper_now_ms()) AS ms),
 levels (priority) AS (
     SELECT (SELECT max(priority) FROM {schema}.hopper_jobs WHERE state = 0 AND queue = $1)
@@ -12,18 +18,52 @@ levels (priority) AS (
             WHERE state = 0 AND queue = $1 AND priority < l.priority)
     FROM levels AS l
     WHERE l.priority IS NOT NULL
+),
+waiting AS (
+    SELECT count(*) FILTER (WHERE run_at <= (SELECT ms FROM now)) AS pending,
+           count(*) FILTER (WHERE run_at > (SELECT ms FROM now)) AS scheduled
+    FROM {schema}.hopper_jobs
+    WHERE state = 0 AND queue = $1
 )
-SELECT w.pending, w.scheduled,
-       (SELECT count(*) FROM {schema}.hopper_jobs WHERE state = 1 AND queue = $1) AS leased,
-       (SELECT count(*) FROM {schema}.hopper_jobs
-        WHERE queue = $1 AND state = 3 AND state >= 2) AS dead,
+SELECT CASE WHEN $4::bigint IS NULL THEN (SELECT pending FROM waiting) ELSE (
+           SELECT count(*) FROM (
+               SELECT 1 FROM levels AS l
+               CROSS JOIN LATERAL (
+                   SELECT 1 FROM {schema}.hopper_jobs
+                   WHERE state = 0 AND queue = $1 AND priority = l.priority
+                     AND run_at <= now.ms
+                   LIMIT $4::bigint
+               ) AS j
+               WHERE l.priority IS NOT NULL
+               LIMIT $4::bigint
+           ) AS x) END AS pending,
+       CASE WHEN $4::bigint IS NULL THEN (SELECT scheduled FROM waiting) ELSE (
+           SELECT count(*) FROM (
+               SELECT 1 FROM levels AS l
+               CROSS JOIN LATERAL (
+                   SELECT 1 FROM {schema}.hopper_jobs
+                   WHERE state = 0 AND queue = $1 AND priority = l.priority
+                     AND run_at > now.ms
+                   LIMIT $4::bigint
+               ) AS j
+               WHERE l.priority IS NOT NULL
+               LIMIT $4::bigint
+           ) AS x) END AS scheduled,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM {schema}.hopper_jobs WHERE state = 1 AND queue = $1
+            LIMIT $4::bigint
+        ) AS x) AS leased,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM {schema}.hopper_jobs WHERE queue = $1 AND state = 3 AND state >= 2
+            LIMIT $4::bigint
+        ) AS x) AS dead,
        EXISTS (SELECT FROM {schema}.hopper_paused WHERE queue = $1) AS paused,
        (SELECT min(d.at)
         FROM levels AS l
         CROSS JOIN LATERAL (
             SELECT run_at AS at FROM {schema}.hopper_jobs
             WHERE state = 0 AND queue = $1 AND priority = l.priority
-              AND run_at <= (SELECT ms FROM now)
+              AND run_at <= now.ms
             ORDER BY run_at
             LIMIT 1
         ) AS d
@@ -31,12 +71,6 @@ SELECT w.pending, w.scheduled,
        now.ms AS now,
        tp.at, tp.completed, tp.failed, tp.dead
 FROM now, LATERAL (
-    SELECT count(*) FILTER (WHERE run_at <= now.ms) AS pending,
-           count(*) FILTER (WHERE run_at > now.ms) AS scheduled
-    FROM {schema}.hopper_jobs
-    WHERE state = 0 AND queue = $1
-) AS w,
-LATERAL (
     SELECT coalesce(array_agg(bucket ORDER BY bucket), '{}') AS at,
            coalesce(array_agg(completed ORDER BY bucket), '{}') AS completed,
            coalesce(array_agg(failed ORDER BY bucket), '{}') AS failed,

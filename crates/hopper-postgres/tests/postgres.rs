@@ -3,6 +3,7 @@
 
 mod postgres {
     mod crash;
+    mod glance_scale;
     mod history;
     mod killed;
     mod list_plans;

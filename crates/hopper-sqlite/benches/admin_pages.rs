@@ -2,13 +2,15 @@
 //! batches of 1,000 (each batch sharing its `run_at`, so a cursor lands among ties), beside
 //! ten small queues holding dead letters. Prints the best and median of 20 calls, timed
 //! from the caller (the hop to the database thread included), for a page of 100 at the
-//! front and half-way down, both ways, and for `queues()`, `queue_stats()` and `counts()`.
+//! front and half-way down, both ways, and for `queues()`, `queue_stats()`, `queue_glance()`
+//! (counts bounded by `COUNT_BOUND`, as the dashboard asks) and `counts()`.
 //! Run with `cargo bench -p hopper-sqlite --bench admin_pages`.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hopper_core::admin::COUNT_BOUND;
 use hopper_core::{Broker, Cursor, FetchRequest, JobQuery, ListState, NewJob, Outcome, Settlement};
 use hopper_sqlite::SqliteBroker;
 
@@ -146,6 +148,20 @@ async fn main() {
     assert_eq!(queues.len(), 11);
     time("queues() (11 queues)", || broker.queues()).await;
     time("queue_stats(bench)", || broker.queue_stats("bench")).await;
+    let glance = broker
+        .queue_glance("bench", COUNT_BOUND)
+        .await
+        .expect("glance");
+    assert_eq!(glance.bound, Some(COUNT_BOUND));
+    assert_eq!(
+        glance.counts.pending,
+        COUNT_BOUND + 1,
+        "more than the bound"
+    );
+    time("queue_glance(bench, COUNT_BOUND)", || {
+        broker.queue_glance("bench", COUNT_BOUND)
+    })
+    .await;
     time("counts(bench), within queue_stats", || {
         broker.counts("bench")
     })

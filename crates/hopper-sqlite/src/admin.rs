@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use hopper_core::admin::{Cursor, JobPage, JobQuery, ListState, QueueStatus, Selection, lag_since};
 use hopper_core::registry::windows;
-use hopper_core::{JobRecord, Millis};
+use hopper_core::{JobRecord, Millis, QueueCounts};
 use rusqlite::{CachedStatement, Connection, OptionalExtension, Row, params};
 
 use crate::queries::{self, CANCELLED, COMPLETED, DEAD, level_below, record_from_row};
@@ -253,9 +253,19 @@ pub(crate) fn queue_names(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     Ok(names.into_iter().collect())
 }
 
-/// A queue's counts, pause, lag, and throughput over the last minute and hour.
-pub(crate) fn stats(conn: &Connection, queue: &str, now: Millis) -> rusqlite::Result<QueueStatus> {
-    let counts = queries::counts(conn, queue, now)?;
+/// A queue's counts, pause, lag, and throughput over the last minute and hour. With a
+/// `bound` (`queue_glance`), each count stops at `bound + 1` ([`counts_up_to`]); without,
+/// every count is exact.
+pub(crate) fn stats(
+    conn: &Connection,
+    queue: &str,
+    now: Millis,
+    bound: Option<u64>,
+) -> rusqlite::Result<QueueStatus> {
+    let counts = match bound {
+        None => queries::counts(conn, queue, now)?,
+        Some(bound) => counts_up_to(conn, queue, now, bound)?,
+    };
     let paused = conn
         .prepare_cached(sql::QUEUE_PAUSED)?
         .query_row(params![queue], |row| row.get(0))?;
@@ -273,6 +283,47 @@ pub(crate) fn stats(conn: &Connection, queue: &str, now: Millis) -> rusqlite::Re
         lag: lag_since(oldest_due, now),
         last_minute: Some(last_minute),
         last_hour: Some(last_hour),
+        bound,
         consumers: None,
+    })
+}
+
+/// A queue's jobs by state, each state read no further than `bound + 1` jobs: a count up
+/// to `bound` is exact, `bound + 1` means more. Leased jobs and dead letters are one
+/// statement; waiting jobs are counted a priority level at a time, each level's due and
+/// scheduled jobs two ranges of the ready index, until both counts reach the limit or the
+/// levels run out (the walk `stats` makes again for the lag).
+fn counts_up_to(
+    conn: &Connection,
+    queue: &str,
+    now: Millis,
+    bound: u64,
+) -> rusqlite::Result<QueueCounts> {
+    let limit = i64::try_from(bound.saturating_add(1)).unwrap_or(i64::MAX);
+    let (leased, dead): (i64, i64) = conn
+        .prepare_cached(sql::BOUNDED_COUNTS)?
+        .query_row(params![queue, limit], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    let mut next_level = conn.prepare_cached(sql::NEXT_LEVEL)?;
+    let mut per_level = conn.prepare_cached(sql::LEVEL_COUNTS)?;
+    let (mut due, mut scheduled) = (0i64, 0i64);
+    let mut above = i64::MAX;
+    while due < limit || scheduled < limit {
+        let Some(level) = level_below(&mut next_level, queue, above)? else {
+            break;
+        };
+        above = level;
+        // What is left of each limit, never below 0 (a negative LIMIT is none at all).
+        let (d, s): (i64, i64) = per_level.query_row(
+            params![queue, level, now, limit - due, limit - scheduled],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
+        due += d;
+        scheduled += s;
+    }
+    Ok(QueueCounts {
+        pending: due as u64,
+        scheduled: scheduled as u64,
+        leased: leased as u64,
+        dead: dead as u64,
     })
 }

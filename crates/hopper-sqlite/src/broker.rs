@@ -341,14 +341,13 @@ impl Broker for SqliteBroker {
     }
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
-        let now = self.now();
-        let queue = queue.to_owned();
-        self.inner
-            .writer
-            .call("reading queue statistics", false, move |conn| {
-                admin::stats(conn, &queue, now)
-            })
-            .await
+        self.stats(queue, None).await
+    }
+
+    /// Each state's count stops at `bound + 1` jobs of its index range, so a glance at a
+    /// queue of a million jobs costs what one of ten thousand does.
+    async fn queue_glance(&self, queue: &str, bound: u64) -> Result<QueueStatus> {
+        self.stats(queue, Some(bound)).await
     }
 
     /// The report's times are this broker's: brokers sharing a file must agree on the
@@ -406,6 +405,18 @@ impl Broker for SqliteBroker {
 }
 
 impl SqliteBroker {
+    /// A queue's statistics, every count exact or, with a bound, each cut at `bound + 1`.
+    async fn stats(&self, queue: &str, bound: Option<u64>) -> Result<QueueStatus> {
+        let now = self.now();
+        let queue = queue.to_owned();
+        self.inner
+            .writer
+            .call("reading queue statistics", false, move |conn| {
+                admin::stats(conn, &queue, now, bound)
+            })
+            .await
+    }
+
     /// Retries or discards dead letters; a retry that put any back wakes idle workers, as
     /// an enqueue does.
     async fn redrive(&self, which: &Selection, how: Redrive) -> Result<u64> {

@@ -76,6 +76,10 @@ statements! {
     JOB_RECORD = "job_record.sql";
     /// A queue's jobs by state.
     COUNTS = "counts.sql";
+    /// A queue's leased jobs and dead letters, each counted up to a limit.
+    BOUNDED_COUNTS = "bounded_counts.sql";
+    /// One priority level's due and scheduled jobs of a queue, each counted up to a limit.
+    LEVEL_COUNTS = "level_counts.sql";
     /// A queue's dead letters, oldest first.
     DEAD_LETTERS = "dead_letters.sql";
     /// Removes every job of a queue.
@@ -203,6 +207,57 @@ mod tests {
                 .any(|s| s == "SEARCH hopper_paused USING PRIMARY KEY (queue=?)"),
             "{steps:?}"
         );
+    }
+
+    /// A glance's counts (`queue_glance`) read the indexes the exact counts read, the
+    /// waiting jobs a priority level at a time: each count is a range of an index, or the
+    /// leased jobs' expiry index as `COUNTS` reads it, that its LIMIT cuts short. Pending
+    /// and scheduled jobs are ranges of one level each, because across levels one of them
+    /// would be a filter over the whole queue (`COUNTS`): counting scheduled jobs would
+    /// walk every due one.
+    #[test]
+    fn bounded_counts_read_ranges_of_the_same_indexes() {
+        let plans = plans();
+        let steps = |name: &str| &plans.iter().find(|(n, _)| *n == name).unwrap().1;
+        let expected: &[(&str, &[&str])] = &[
+            (
+                "LEVEL_COUNTS",
+                &[
+                    "SEARCH hopper_jobs USING COVERING INDEX hopper_jobs_ready \
+                     (queue=? AND priority=? AND run_at<?)",
+                    "SEARCH hopper_jobs USING COVERING INDEX hopper_jobs_ready \
+                     (queue=? AND priority=? AND run_at>?)",
+                ],
+            ),
+            (
+                "BOUNDED_COUNTS",
+                &[
+                    "SCAN hopper_jobs USING INDEX hopper_jobs_lease_expiry",
+                    "SEARCH hopper_jobs USING COVERING INDEX hopper_jobs_finished \
+                     (queue=? AND state=?)",
+                ],
+            ),
+        ];
+        for (name, parts) in expected {
+            let steps = steps(name);
+            for part in *parts {
+                assert!(
+                    steps.iter().any(|s| s == part),
+                    "{name}: no step `{part}` in {steps:?}"
+                );
+            }
+            // Each count reads its subquery as it runs, up to the LIMIT, rather than
+            // flattened into a count of the whole range.
+            let counted = steps.iter().filter(|s| s.starts_with("CO-ROUTINE")).count();
+            assert_eq!(counted, 2, "{name}: {steps:?}");
+        }
+        let exact = steps("COUNTS");
+        for index in ["hopper_jobs_lease_expiry", "hopper_jobs_finished"] {
+            assert!(
+                exact.iter().any(|s| s.contains(index)),
+                "COUNTS: no `{index}` in {exact:?}"
+            );
+        }
     }
 
     /// Each listing is bounded by its cursor in the index, to the id: a page deep in a

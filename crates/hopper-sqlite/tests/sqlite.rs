@@ -6,6 +6,7 @@
 mod sqlite {
     mod admin_migration;
     mod durability;
+    mod glance;
     mod group_commit;
     mod history;
     mod listing;

@@ -107,6 +107,9 @@ impl Broker for WithCleanup {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
         self.inner().queue_stats(queue).await
     }
+    async fn queue_glance(&self, queue: &str, bound: u64) -> Result<QueueStatus> {
+        self.inner().queue_glance(queue, bound).await
+    }
     async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {
         self.inner().heartbeat(beat).await
     }

@@ -89,6 +89,7 @@ macro_rules! broker_suite {
             pause_and_resume,
             queue_stats_and_names,
             workers_and_throughput,
+            bounded_counts,
         );
 
         #[$crate::__private::tokio::test(

@@ -12,6 +12,7 @@ use crate::App;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::timeline::Track;
 use crate::views::{JobView, PageView, QueueDetail, QueueView, SessionView, WorkerView};
+use hopper::admin::COUNT_BOUND;
 
 /// The broker's name and abilities, and the token state-changing calls carry.
 #[utoipa::path(get, path = "/api/session", responses(
@@ -46,7 +47,7 @@ pub async fn queues(State(app): State<Arc<App>>) -> ApiResult<Json<Vec<QueueView
     };
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let mut status = app.broker.queue_stats(&name).await?;
+        let mut status = app.broker.queue_glance(&name, COUNT_BOUND).await?;
         if app.broker.capabilities().admin.workers {
             let takes = |w: &&hopper::WorkerInfo| w.queues.iter().any(|q| q.queue == name);
             status.consumers = Some(workers.iter().filter(takes).count() as u64);
@@ -81,7 +82,7 @@ pub async fn queue(
     Path(queue): Path<String>,
 ) -> ApiResult<Json<QueueDetail>> {
     known_queue(&app, &queue).await?;
-    let status = app.broker.queue_stats(&queue).await?;
+    let status = app.broker.queue_glance(&queue, COUNT_BOUND).await?;
     let throughput = match app.broker.capabilities().admin.throughput {
         true => app.broker.throughput(&queue).await?,
         false => Vec::new(),

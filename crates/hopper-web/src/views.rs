@@ -35,6 +35,8 @@ pub struct QueueView {
     pub scheduled: u64,
     pub leased: u64,
     pub dead: u64,
+    /// Where counts are bounded: a count of this plus one means more than this.
+    pub bound: Option<u64>,
     /// How long the oldest due job has waited, in ms; absent with none due.
     pub lag_ms: Option<u64>,
     pub paused: bool,
@@ -53,6 +55,7 @@ impl From<QueueStatus> for QueueView {
             scheduled: s.counts.scheduled,
             leased: s.counts.leased,
             dead: s.counts.dead,
+            bound: s.bound,
             lag_ms: s.lag.map(|d| d.as_millis() as u64),
             paused: s.paused,
             consumers: s.consumers,

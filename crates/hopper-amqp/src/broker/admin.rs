@@ -107,6 +107,7 @@ impl AmqpBroker {
             lag: None,
             last_minute: None,
             last_hour: None,
+            bound: None,
             consumers: Some(main.map_or(0, |(_, consumers)| consumers)),
         })
     }

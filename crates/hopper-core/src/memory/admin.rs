@@ -213,6 +213,7 @@ impl MemoryBroker {
             lag: lag_since(oldest_due, now),
             last_minute: Some(last_minute),
             last_hour: Some(last_hour),
+            bound: None,
             consumers: None,
         }
     }

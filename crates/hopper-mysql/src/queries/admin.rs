@@ -1,11 +1,14 @@
 //! The operator calls: listings a page at a time, dead letters re-driven or discarded,
-//! pauses, queue names and the state a queue's statistics add to its counts.
+//! pauses, queue names and a queue's statistics, counted exactly or up to a bound.
 
-use hopper_core::admin::{Cursor, JobPage, JobQuery, ListState, Selection};
+use hopper_core::admin::{Cursor, JobPage, JobQuery, ListState, QueueStatus, Selection, lag_since};
+use hopper_core::registry::windows;
 use hopper_core::{JobId, JobRecord, Millis};
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
+use super::inspect::counts;
+use super::registry::buckets;
 use super::rows::{CANCELLED, COMPLETED, DEAD, record_from_row};
 use crate::sql::{self, MAX_LIST, fixed, padded};
 
@@ -239,17 +242,41 @@ pub(crate) async fn queue_names(conn: &mut MySqlConnection) -> Result<Vec<String
     rows.iter().map(|row| row.try_get_unchecked(0)).collect()
 }
 
-/// What a queue's statistics add to its counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct QueueState {
-    pub(crate) paused: bool,
-    /// The `run_at` of its oldest due job.
-    pub(crate) oldest_due: Option<Millis>,
-    /// The clock that was read against.
-    pub(crate) now: Millis,
+/// A queue's statistics: its counts, exact (`bound` `None`) or each read up to `bound + 1`
+/// jobs (see [`counts`]), whether it is paused, its lag and its throughput.
+pub(crate) async fn queue_status(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    now: Option<Millis>,
+    bound: Option<u64>,
+) -> Result<QueueStatus, sqlx::Error> {
+    let counts = counts(conn, queue, now, bound).await?;
+    let state = queue_state(conn, queue, now).await?;
+    // Against the clock the state was read at, as the windows are.
+    let buckets = buckets(conn, queue, Some(state.now)).await?;
+    let (last_minute, last_hour) = windows(&buckets, state.now);
+    Ok(QueueStatus {
+        queue: queue.to_owned(),
+        counts,
+        paused: state.paused,
+        lag: lag_since(state.oldest_due, state.now),
+        last_minute: Some(last_minute),
+        last_hour: Some(last_hour),
+        bound,
+        consumers: None,
+    })
 }
 
-pub(crate) async fn queue_state(
+/// What a queue's statistics add to its counts.
+struct QueueState {
+    paused: bool,
+    /// The `run_at` of its oldest due job.
+    oldest_due: Option<Millis>,
+    /// The clock that was read against.
+    now: Millis,
+}
+
+async fn queue_state(
     conn: &mut MySqlConnection,
     queue: &str,
     now: Option<Millis>,

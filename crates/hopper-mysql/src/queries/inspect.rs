@@ -43,22 +43,34 @@ pub(crate) async fn job(
     row.as_ref().map(record_from_row).transpose()
 }
 
-/// A queue's jobs by state; due and scheduled are split at now.
+/// A queue's jobs by state; due and scheduled are split at now. With a `bound`, each
+/// count reads at most `bound + 1` index entries: exact up to the bound, `bound + 1` for
+/// more.
 pub(crate) async fn counts(
     conn: &mut MySqlConnection,
     queue: &str,
     now: Option<Millis>,
+    bound: Option<u64>,
 ) -> Result<QueueCounts, sqlx::Error> {
-    let (pending, scheduled, leased, dead): (i64, i64, i64, i64) =
-        sqlx::query_as(fixed(&sql::COUNTS))
-            .bind(queue)
-            .bind(now)
-            .bind(queue)
-            .bind(now)
-            .bind(queue)
-            .bind(queue)
-            .fetch_one(conn)
-            .await?;
+    let (statement, limit) = match bound {
+        None => (&sql::COUNTS, None),
+        Some(b) => (
+            &sql::COUNTS_BOUNDED,
+            Some(i64::try_from(b.saturating_add(1)).unwrap_or(i64::MAX)),
+        ),
+    };
+    let mut query = sqlx::query_as(fixed(statement));
+    // Pending and scheduled are split at now; leased and dead are not.
+    for split_at_now in [true, true, false, false] {
+        query = query.bind(queue);
+        if split_at_now {
+            query = query.bind(now);
+        }
+        if let Some(limit) = limit {
+            query = query.bind(limit);
+        }
+    }
+    let (pending, scheduled, leased, dead): (i64, i64, i64, i64) = query.fetch_one(conn).await?;
     let n = |v: i64| v.max(0) as u64;
     Ok(QueueCounts {
         pending: n(pending),

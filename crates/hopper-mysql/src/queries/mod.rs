@@ -12,7 +12,7 @@
 //! - `inspect`: cancel, job records, counts, dead letters, purge, and the newest id (for
 //!   the wake poller);
 //! - `admin`: listings by cursor, re-drives and discards of dead letters, pauses, queue
-//!   names and what statistics add to counts;
+//!   names and queue statistics (counts exact or bounded, pause, lag, throughput);
 //! - `registry`: worker heartbeats, the live workers, and throughput buckets;
 //! - `rows`: job states, and jobs and job records decoded from rows.
 
@@ -27,7 +27,7 @@ mod settle;
 
 use hopper_core::Millis;
 
-pub(crate) use self::admin::{list, queue_names, queue_state, redrive, set_paused};
+pub(crate) use self::admin::{list, queue_names, queue_status, redrive, set_paused};
 pub(crate) use self::enqueue::{chunks, insert, new_rows};
 pub(crate) use self::fetch::{claim, levels, next_due, probe, reap};
 pub(crate) use self::inspect::{cancel, counts, dead_letters, job, max_id, purge};

@@ -1,9 +1,10 @@
 //! Query plans of the operator calls on the real server: every listing page is one index
 //! range read in the listing's order (no sort, so it stops at its LIMIT), re-drives pick
-//! their chunk the same way, queue names come from a loose index scan, and a paused queue's
-//! claim reads no job at all.
+//! their chunk the same way, queue names come from a loose index scan, a queue's bounded
+//! counts read at most their limit of index entries each, and a paused queue's claim reads
+//! no job at all.
 
-use sqlx::{Connection, MySqlConnection};
+use sqlx::{Connection, MySqlConnection, Row};
 
 use super::plans::{Arg, I, Q, Step, plan, statement};
 use super::support::TempDatabase;
@@ -166,6 +167,8 @@ async fn listings_and_redrives_read_index_ranges_in_order() {
         "the oldest due job: {steps:?}"
     );
 
+    bounded_counts_stop_at_their_limit(&mut conn, now).await;
+
     // Queue `b` is paused: its claim is found empty before any index is read.
     let claim = statement(include_str!("../../sql/claim.sql"));
     let steps = plan(&mut conn, &claim, &[Q, I(now), Q, I(Some(10))], "b").await;
@@ -174,4 +177,84 @@ async fn listings_and_redrives_read_index_ranges_in_order() {
         "a paused queue's claim: {steps:?}"
     );
     conn.close().await.unwrap();
+}
+
+/// How many index entries this session has read past the first of each range so far.
+async fn entries_read(conn: &mut MySqlConnection) -> i64 {
+    let row = sqlx::query("SHOW SESSION STATUS LIKE 'Handler_read_next'")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    row.get::<String, _>(1).parse().unwrap()
+}
+
+/// Counts `q` with `counts_bounded.sql` at limit `limit`, or `counts.sql` for `None`, as
+/// the broker binds them; returns the counts and the index entries read.
+async fn count(
+    conn: &mut MySqlConnection,
+    now: Option<i64>,
+    limit: Option<i64>,
+) -> ([i64; 4], i64) {
+    let file = match limit {
+        Some(_) => include_str!("../../sql/counts_bounded.sql"),
+        None => include_str!("../../sql/counts.sql"),
+    };
+    let sql = statement(file);
+    let mut query = sqlx::query_as::<_, (i64, i64, i64, i64)>(&sql);
+    for split_at_now in [true, true, false, false] {
+        query = query.bind("q");
+        if split_at_now {
+            query = query.bind(now);
+        }
+        if let Some(limit) = limit {
+            query = query.bind(limit);
+        }
+    }
+    let before = entries_read(conn).await;
+    let (a, b, c, d) = query.fetch_one(&mut *conn).await.unwrap();
+    let read = entries_read(conn).await - before;
+    ([a, b, c, d], read)
+}
+
+/// Each bounded count is an index-only read of `hopper_jobs_due` cut at its LIMIT: the
+/// statement reads at most the limit of entries per state, where the exact counts read
+/// every job of `q` in those states, and counts below the limit come out exact.
+async fn bounded_counts_stop_at_their_limit(conn: &mut MySqlConnection, now: Option<i64>) {
+    let limit = Some(101);
+    let sql = statement(include_str!("../../sql/counts_bounded.sql"));
+    let binds = [
+        Q,
+        I(now),
+        I(limit),
+        Q,
+        I(now),
+        I(limit),
+        Q,
+        I(limit),
+        Q,
+        I(limit),
+    ];
+    let steps = plan(conn, &sql, &binds, "q").await;
+    let reads: Vec<&Step> = steps
+        .iter()
+        .filter(|s| s.select_type == "DERIVED")
+        .collect();
+    assert_eq!(reads.len(), 4, "one read per state: {steps:?}");
+    assert!(
+        reads
+            .iter()
+            .all(|s| s.key == "hopper_jobs_due" && s.extra.contains("Using index")),
+        "bounded counts: {steps:?}"
+    );
+
+    let (exact, all_read) = count(conn, now, None).await;
+    let (bounded, bounded_read) = count(conn, now, limit).await;
+    assert!(exact.iter().filter(|&&n| n > 101).count() >= 3, "{exact:?}");
+    assert_eq!(bounded, exact.map(|n| n.min(101)));
+    assert!(
+        bounded_read <= 4 * 101 && all_read > 4 * 101,
+        "index entries read: {bounded_read} bounded, {all_read} exact"
+    );
+    let (wide, _) = count(conn, now, Some(100_000)).await;
+    assert_eq!(wide, exact, "under the limit, exact");
 }

@@ -88,17 +88,26 @@ impl PgBroker {
             .map_err(|e| held.fail("listing queues", e))
     }
 
-    /// [`Broker::queue_stats`](hopper_core::Broker::queue_stats): the counts, and the last
-    /// minute's and hour's throughput summed from the queue's buckets.
-    pub(super) async fn queue_status(&self, queue: &str) -> Result<QueueStatus> {
+    /// [`Broker::queue_stats`](hopper_core::Broker::queue_stats) (`bound` None) and
+    /// [`Broker::queue_glance`](hopper_core::Broker::queue_glance): the counts, each state
+    /// counted no further than `bound + 1` jobs where bounded, and the last minute's and
+    /// hour's throughput summed from the queue's buckets.
+    pub(super) async fn queue_status(
+        &self,
+        queue: &str,
+        bound: Option<u64>,
+    ) -> Result<QueueStatus> {
         // The counts, paused, oldest_due, now, then the buckets' starts and counts.
         type Row = (i64, i64, i64, i64, bool, Option<i64>, i64, V, V, V, V);
         type V = Vec<i64>;
+        // How many jobs each count reads at most: one past the bound says "more".
+        let limit = bound.map(|b| i64::try_from(b.saturating_add(1)).unwrap_or(i64::MAX));
         let mut held = self.inner.conns.get().await?;
         let row: Row = sqlx::query_as(&self.inner.sql.queue_stats)
             .bind(queue)
             .bind(self.now())
             .bind(bucket_ms())
+            .bind(limit)
             .fetch_one(held.conn())
             .await
             .map_err(|e| held.fail("reading queue statistics", e))?;
@@ -117,6 +126,7 @@ impl PgBroker {
             lag: lag_since(oldest_due, now),
             last_minute: Some(last_minute),
             last_hour: Some(last_hour),
+            bound,
             consumers: None,
         })
     }

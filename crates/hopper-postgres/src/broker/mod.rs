@@ -257,7 +257,12 @@ impl Broker for PgBroker {
     }
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
-        let call = self.queue_status(queue);
+        let call = self.queue_status(queue, None);
+        self.answered("reading queue statistics", call).await
+    }
+
+    async fn queue_glance(&self, queue: &str, bound: u64) -> Result<QueueStatus> {
+        let call = self.queue_status(queue, Some(bound));
         self.answered("reading queue statistics", call).await
     }
 

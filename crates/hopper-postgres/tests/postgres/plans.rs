@@ -15,7 +15,7 @@ use sqlx::{Connection, PgConnection};
 use super::support::{broker_with, drop_schema, schema, url};
 
 /// Drops the test's schema when the test ends, however it ends.
-pub(super) struct DropSchema(String);
+pub(super) struct DropSchema(pub(super) String);
 
 impl Drop for DropSchema {
     fn drop(&mut self) {

@@ -143,6 +143,10 @@ impl Broker for TempBroker {
         self.broker.queue_stats(queue).await
     }
 
+    async fn queue_glance(&self, queue: &str, bound: u64) -> Result<QueueStatus> {
+        self.broker.queue_glance(queue, bound).await
+    }
+
     async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {
         self.broker.heartbeat(beat).await
     }

@@ -383,3 +383,36 @@ pub async fn queue_stats_and_names(broker: Arc<dyn Broker>) {
         "purged and resumed"
     );
 }
+
+/// A glance counts each state up to its bound: with 30 pending, 5 scheduled and 12 dead, a
+/// bound of 10 shows 11 (more than 10), 5 and 11, and a bound of 100 the exact counts. A
+/// broker that counts exactly at any size says so with no bound. Lag and pause are the
+/// same as the full statistics'.
+pub async fn bounded_counts(broker: Arc<dyn Broker>) {
+    if !broker.capabilities().admin.stats || skip_if_pushed(&broker, "bounded_counts") {
+        return;
+    }
+    dead_jobs(&broker, "q", 12).await;
+    enqueue_n(&broker, "q", 30).await;
+    let later = (0..5)
+        .map(|i| NewJob::new("q", format!("later {i}")).delay(Duration::from_secs(60)))
+        .collect();
+    enqueue(&broker, later).await;
+    advance(Duration::from_secs(2)).await;
+    let full = broker.queue_stats("q").await.unwrap();
+    assert_eq!(full.counts, counts_of(30, 5, 0, 12));
+    let glance = broker.queue_glance("q", 10).await.unwrap();
+    match glance.bound {
+        Some(10) => assert_eq!(
+            glance.counts,
+            counts_of(11, 5, 0, 11),
+            "11 means more than 10"
+        ),
+        None => assert_eq!(glance.counts, full.counts, "counted exactly"),
+        other => panic!("a glance bounded by 10 says bound {other:?}"),
+    }
+    assert_eq!((glance.lag, glance.paused), (full.lag, full.paused));
+    let wide = broker.queue_glance("q", 100).await.unwrap();
+    assert_eq!(wide.counts, full.counts, "under the bound, exact");
+    assert!(matches!(wide.bound, Some(100) | None), "{:?}", wide.bound);
+}

@@ -24,8 +24,8 @@ mod registry;
 mod settle;
 
 pub use admin::{
-    dead_letters_retried_and_discarded, error_history_per_attempt, listing_pages_by_cursor,
-    pause_and_resume, queue_stats_and_names,
+    bounded_counts, dead_letters_retried_and_discarded, error_history_per_attempt,
+    listing_pages_by_cursor, pause_and_resume, queue_stats_and_names,
 };
 pub use enqueue::{
     bad_queue_name, enqueue_one_and_many, values_at_the_edges, values_out_of_range,

@@ -144,6 +144,14 @@ fn ago(ms: i64) -> String {
     format!("{} ago", span(d))
 }
 
+/// A count as a glance read it: `10000+` past its bound.
+fn count(n: u64, bound: Option<u64>) -> String {
+    match bound {
+        Some(b) if n > b => format!("{b}+"),
+        _ => n.to_string(),
+    }
+}
+
 /// A count, or `-` where the broker does not keep it.
 fn maybe(n: Option<u64>) -> String {
     n.map_or_else(|| "-".into(), |n| n.to_string())

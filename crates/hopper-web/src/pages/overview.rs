@@ -9,8 +9,9 @@ use hopper::{QueueStatus, WorkerInfo};
 use maud::{Markup, html};
 
 use super::chart::{chart, per_minute};
-use super::{PageResult, ago, layout, maybe, now_ms, span, time};
+use super::{PageResult, ago, count, layout, maybe, now_ms, span, time};
 use crate::App;
+use hopper::admin::COUNT_BOUND;
 
 /// Every queue's status, with consumers counted from the live workers where the broker
 /// lists them; `None` where the broker cannot list its queues.
@@ -22,7 +23,7 @@ async fn statuses(app: &App, workers: &[WorkerInfo]) -> hopper::Result<Option<Ve
     };
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let mut status = app.broker.queue_stats(&name).await?;
+        let mut status = app.broker.queue_glance(&name, COUNT_BOUND).await?;
         if app.broker.capabilities().admin.workers {
             let takes = workers
                 .iter()
@@ -91,12 +92,12 @@ fn queue_table(queues: &[QueueStatus]) -> Markup {
                     @let minute = q.last_minute;
                     tr data-queue=(q.queue) {
                         td { a href=(format!("/queues/{}", q.queue)) { (q.queue) } }
-                        td.num.pending { (c.pending) }
-                        td.num.scheduled { (c.scheduled) }
-                        td.num.leased { (c.leased) }
+                        td.num.pending { (count(c.pending, q.bound)) }
+                        td.num.scheduled { (count(c.scheduled, q.bound)) }
+                        td.num.leased { (count(c.leased, q.bound)) }
                         td.num.dead {
                             @if c.dead > 0 {
-                                a href=(format!("/queues/{}?state=dead", q.queue)) { (c.dead) }
+                                a href=(format!("/queues/{}?state=dead", q.queue)) { (count(c.dead, q.bound)) }
                             } @else { "0" }
                         }
                         td.num { (q.lag.map(span).unwrap_or_else(|| "-".into())) }

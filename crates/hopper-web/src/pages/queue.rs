@@ -11,9 +11,10 @@ use maud::{Markup, html};
 use super::chart::{chart, per_minute};
 use super::fetching::fetching;
 use super::overview::{live_workers, worker_table};
-use super::{PageResult, layout, maybe, now_ms, span, time};
+use super::{PageResult, count, layout, maybe, now_ms, span, time};
 use crate::App;
 use crate::api::PageParams;
+use hopper::admin::COUNT_BOUND;
 
 /// Jobs a page lists.
 const PAGE: usize = 50;
@@ -37,7 +38,7 @@ pub(crate) async fn queue(
         .map_err(hopper::Error::from)?;
     let newest = p.newest.unwrap_or(false);
     let caps = app.broker.capabilities().admin;
-    let mut status = app.broker.queue_stats(&queue).await?;
+    let mut status = app.broker.queue_glance(&queue, COUNT_BOUND).await?;
     let workers: Vec<_> = live_workers(&app)
         .await?
         .into_iter()
@@ -108,10 +109,10 @@ fn counts(s: &QueueStatus) -> Markup {
     let minute = s.last_minute;
     html! {
         div.counts #counts {
-            div.count { b #pending { (c.pending) } span { "pending" } }
-            div.count { b #scheduled { (c.scheduled) } span { "scheduled" } }
-            div.count { b #leased { (c.leased) } span { "leased" } }
-            div.count { b #dead { (c.dead) } span { "dead" } }
+            div.count { b #pending { (count(c.pending, s.bound)) } span { "pending" } }
+            div.count { b #scheduled { (count(c.scheduled, s.bound)) } span { "scheduled" } }
+            div.count { b #leased { (count(c.leased, s.bound)) } span { "leased" } }
+            div.count { b #dead { (count(c.dead, s.bound)) } span { "dead" } }
             div.count { b { (s.lag.map(span).unwrap_or_else(|| "-".into())) } span { "lag" } }
             div.count { b { (maybe(s.consumers)) } span { "consumers" } }
             div.count { b { (maybe(minute.map(|t| t.completed))) } span { "done last minute" } }
@@ -134,9 +135,9 @@ fn queue_actions(app: &App, s: &QueueStatus) -> Markup {
             }
             @if caps.redrive && s.counts.dead > 0 {
                 button #retry-all data-post=(format!("/api/queues/{q}/dead/retry")) data-body="all"
-                    data-confirm=(format!("Retry all {} dead letters of {q}?", s.counts.dead)) { "Retry all dead" }
+                    data-confirm=(format!("Retry all {} dead letters of {q}?", count(s.counts.dead, s.bound))) { "Retry all dead" }
                 button.danger #discard-all data-post=(format!("/api/queues/{q}/dead/discard")) data-body="all"
-                    data-confirm=(format!("Discard all {} dead letters of {q}?", s.counts.dead)) { "Discard all dead" }
+                    data-confirm=(format!("Discard all {} dead letters of {q}?", count(s.counts.dead, s.bound))) { "Discard all dead" }
             }
             button.danger #purge data-post=(format!("/api/queues/{q}/purge?confirm={q}")) data-typed=(q) data-then="/" { "Purge…" }
         }
@@ -144,7 +145,7 @@ fn queue_actions(app: &App, s: &QueueStatus) -> Markup {
 }
 
 fn tabs(queue: &str, on: ListState, s: &QueueStatus) -> Markup {
-    let count = |state: ListState| match state {
+    let shown = |state: ListState| match state {
         ListState::Pending => Some(s.counts.pending),
         ListState::Scheduled => Some(s.counts.scheduled),
         ListState::Leased => Some(s.counts.leased),
@@ -155,7 +156,7 @@ fn tabs(queue: &str, on: ListState, s: &QueueStatus) -> Markup {
         nav.tabs {
             @for state in ListState::ALL {
                 a class=[(state == on).then_some("on")] href=(format!("/queues/{queue}?state={state}")) {
-                    (state) @if let Some(n) = count(state) { " " span.muted { (n) } }
+                    (state) @if let Some(n) = shown(state) { " " span.muted { (count(n, s.bound)) } }
                 }
             }
         }

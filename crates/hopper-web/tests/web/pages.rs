@@ -125,3 +125,34 @@ async fn with_a_token_a_browser_is_sent_to_the_login_form() {
     assert_eq!(page.status, 200, "{page:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A queue past the count bound shows `10000+` on the pages, and the API says where its
+/// counts stop: pages cost the same at a million jobs as at ten thousand.
+#[tokio::test]
+async fn counts_past_the_bound_show_as_at_least() {
+    let (broker, dir) = sqlite("pages-bound").await;
+    for chunk in 0..11 {
+        let jobs = (0..1000).map(|i| NewJob::new("big", format!("{}", chunk * 1000 + i)));
+        broker.enqueue(jobs.collect()).await.unwrap();
+    }
+    let server = start(broker.clone(), None, false).await;
+    let queues = get(&server, "/api/queues", &[]).await.json();
+    assert_eq!(queues[0]["bound"], 10_000, "{queues}");
+    assert_eq!(
+        queues[0]["pending"], 10_001,
+        "more than the bound: {queues}"
+    );
+    let overview = get(&server, "/", &[]).await.body;
+    assert!(
+        overview.contains(r#"<td class="num pending">10000+</td>"#),
+        "{overview}"
+    );
+    let queue = get(&server, "/queues/big", &[]).await.body;
+    assert!(queue.contains(r#"<b id="pending">10000+</b>"#), "{queue}");
+    assert_eq!(
+        broker.queue_stats("big").await.unwrap().counts.pending,
+        11_000,
+        "exact"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

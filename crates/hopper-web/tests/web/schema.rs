@@ -17,8 +17,11 @@ async fn schemathesis_finds_no_server_error() {
     let server = start(broker, None, false).await;
     let token = csrf(&server, &[]).await;
     let base = format!("http://{}", server.addr);
+    // Schemathesis keeps a cache in its working directory: the test's own, not the crate.
+    let cwd = dir.clone();
     let out = tokio::task::spawn_blocking(move || {
         Command::new("schemathesis")
+            .current_dir(cwd)
             .args(["run", &format!("{base}/api/openapi.json"), "--url", &base])
             .args(["--checks", "not_a_server_error", "--max-examples", "25"])
             .args(["-H", &format!("x-hopper-csrf: {token}")])
