@@ -24,9 +24,16 @@ const CLAIM_CONNECTIONS: usize = hopper_core::worker::MAX_FETCHES_IN_FLIGHT;
 /// never by a sequential scan, which leaves only the index paths every statement is
 /// written for. A plan made while the table was nearly empty must stay right when it holds
 /// millions: a queue table swings between the two faster than statistics follow.
-const PLANNING: [(&str, &str); 2] = [
+///
+/// And no JIT compilation: a sequential scan the planner cannot avoid (the workers' and
+/// paused queues' tables of a few rows, read by a volatile clock no index can serve) is
+/// costed at the disabled-path penalty, far above `jit_above_cost`, and PostgreSQL then
+/// spent 20–90 ms compiling a scan of four pages: `workers` took 55–90 ms where it takes
+/// 0.1 ms. No statement here runs long enough for JIT to pay.
+const PLANNING: [(&str, &str); 3] = [
     ("plan_cache_mode", "force_generic_plan"),
     ("enable_seqscan", "off"),
+    ("jit", "off"),
 ];
 
 impl PgBroker {
