@@ -1,8 +1,10 @@
 //! [`WithCleanup`]: a broker that runs a cleanup when the last handle to it drops, so a
-//! suite case on a server broker leaves no schema, database or vhost behind.
+//! suite case on a server broker leaves no schema, database or vhost behind; it also counts
+//! the calls that reach the broker.
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -22,6 +24,8 @@ type Cleanup = Box<dyn FnOnce() + Send + Sync>;
 pub struct WithCleanup {
     broker: Option<Arc<dyn Broker>>,
     cleanup: Option<Cleanup>,
+    /// Calls that reach the broker (every async call; not `capabilities` and the like).
+    calls: AtomicU64,
 }
 
 impl WithCleanup {
@@ -30,11 +34,23 @@ impl WithCleanup {
         WithCleanup {
             broker: Some(broker),
             cleanup: Some(Box::new(cleanup)),
+            calls: AtomicU64::new(0),
         }
     }
 
     fn inner(&self) -> &Arc<dyn Broker> {
         self.broker.as_ref().expect("present until drop")
+    }
+
+    /// The broker, for a call that reaches it: counted.
+    fn called(&self) -> &Arc<dyn Broker> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner()
+    }
+
+    /// How many calls reached the broker so far: what a caller cost it.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
     }
 }
 
@@ -63,70 +79,70 @@ impl Broker for WithCleanup {
         self.inner().limits()
     }
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
-        self.inner().enqueue_checked(jobs).await
+        self.called().enqueue_checked(jobs).await
     }
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
-        self.inner().fetch(request).await
+        self.called().fetch(request).await
     }
     async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
-        self.inner().settle(settlements).await
+        self.called().settle(settlements).await
     }
     async fn renew(&self, leases: &[LeaseId], ttl: Duration) -> Result<Vec<LeaseId>> {
-        self.inner().renew(leases, ttl).await
+        self.called().renew(leases, ttl).await
     }
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
-        self.inner().cancel(id).await
+        self.called().cancel(id).await
     }
     async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
-        self.inner().job(id).await
+        self.called().job(id).await
     }
     async fn counts(&self, queue: &str) -> Result<QueueCounts> {
-        self.inner().counts(queue).await
+        self.called().counts(queue).await
     }
     async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<JobRecord>> {
-        self.inner().dead_letters(queue, limit).await
+        self.called().dead_letters(queue, limit).await
     }
     async fn purge(&self, queue: &str) -> Result<u64> {
-        self.inner().purge(queue).await
+        self.called().purge(queue).await
     }
     async fn list_jobs(&self, query: &JobQuery) -> Result<JobPage> {
-        self.inner().list_jobs(query).await
+        self.called().list_jobs(query).await
     }
     async fn retry_dead(&self, which: &Selection) -> Result<u64> {
-        self.inner().retry_dead(which).await
+        self.called().retry_dead(which).await
     }
     async fn discard_dead(&self, which: &Selection) -> Result<u64> {
-        self.inner().discard_dead(which).await
+        self.called().discard_dead(which).await
     }
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
-        self.inner().set_paused(queue, paused).await
+        self.called().set_paused(queue, paused).await
     }
     async fn queues(&self) -> Result<Vec<String>> {
-        self.inner().queues().await
+        self.called().queues().await
     }
     async fn queue_stats(&self, queue: &str) -> Result<QueueStatus> {
-        self.inner().queue_stats(queue).await
+        self.called().queue_stats(queue).await
     }
     async fn queue_glance(&self, queue: &str, bound: u64) -> Result<QueueStatus> {
-        self.inner().queue_glance(queue, bound).await
+        self.called().queue_glance(queue, bound).await
     }
     async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {
-        self.inner().heartbeat(beat).await
+        self.called().heartbeat(beat).await
     }
     async fn deregister(&self, worker: &str) -> Result<bool> {
-        self.inner().deregister(worker).await
+        self.called().deregister(worker).await
     }
     async fn workers(&self) -> Result<Vec<WorkerInfo>> {
-        self.inner().workers().await
+        self.called().workers().await
     }
     async fn throughput(&self, queue: &str) -> Result<Vec<Bucket>> {
-        self.inner().throughput(queue).await
+        self.called().throughput(queue).await
     }
     async fn subscribe(&self, queue: &str, window: Option<u32>) -> Result<()> {
-        self.inner().subscribe(queue, window).await
+        self.called().subscribe(queue, window).await
     }
     async fn unsubscribe(&self, queue: &str) -> Result<()> {
-        self.inner().unsubscribe(queue).await
+        self.called().unsubscribe(queue).await
     }
     fn wake_signal(&self) -> Option<watch::Receiver<u64>> {
         self.inner().wake_signal()

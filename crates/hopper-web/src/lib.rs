@@ -92,6 +92,8 @@ pub(crate) struct App {
     pub(crate) session: String,
     pub(crate) metrics: Option<Metrics>,
     pub(crate) timeline: timeline::Timeline,
+    /// How often the server reads the workers' reports.
+    pub(crate) follow_every: std::time::Duration,
 }
 
 /// The application: the pages and the API under `/api`, behind the guard. Nothing follows
@@ -109,6 +111,7 @@ fn app(broker: Arc<dyn Broker>, options: &ServeOptions) -> Arc<App> {
         session: auth::secret(),
         metrics: options.metrics.clone(),
         timeline: timeline::Timeline::default(),
+        follow_every: options.follow_every,
     })
 }
 

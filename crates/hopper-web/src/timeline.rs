@@ -1,7 +1,8 @@
 //! How each worker fetched, over time: the server follows the workers' reports (one
 //! `workers` call every few seconds, whatever the number of open pages) and keeps, per
 //! worker and queue, the latest points: the window, what was held and running, and the
-//! sizes of the fetches since the report before. Pages and the API read it from memory.
+//! sizes of the fetches since the report before. Pages and the API read it from memory,
+//! and pages take the workers as last read rather than asking the broker again.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -44,11 +45,17 @@ type Kept = (Track, VecDeque<Point>);
 pub(crate) struct Timeline {
     /// By (worker, queue).
     tracks: Mutex<HashMap<(String, String), Kept>>,
+    /// The workers as last read, and when: pages use them instead of asking the broker.
+    latest: Mutex<Option<(std::time::Instant, Vec<WorkerInfo>)>>,
+    /// Each queue's throughput buckets as last read, and when.
+    buckets: Mutex<HashMap<String, (std::time::Instant, Vec<hopper::registry::Bucket>)>>,
 }
 
 impl Timeline {
     /// Takes in the reports of `workers` not seen yet, and forgets workers no longer listed.
     pub(crate) fn observe(&self, workers: &[WorkerInfo]) {
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((std::time::Instant::now(), workers.to_vec()));
         let mut tracks = self.tracks.lock().unwrap_or_else(|e| e.into_inner());
         tracks.retain(|(id, _), _| workers.iter().any(|w| &w.id == id));
         for w in workers {
@@ -80,6 +87,15 @@ impl Timeline {
         }
     }
 
+    /// The workers as read within `fresh`, if they were.
+    pub(crate) fn latest(&self, fresh: Duration) -> Option<Vec<WorkerInfo>> {
+        let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        latest
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() <= fresh)
+            .map(|(_, workers)| workers.clone())
+    }
+
     /// The tracks of `queue`, by worker id.
     pub(crate) fn of_queue(&self, queue: &str) -> Vec<Track> {
         let tracks = self.tracks.lock().unwrap_or_else(|e| e.into_inner());
@@ -94,6 +110,38 @@ impl Timeline {
         out.sort_by(|a, b| a.worker.cmp(&b.worker));
         out
     }
+}
+
+/// A queue's throughput buckets, read from the broker at most once per `fresh`: they only
+/// change when a worker reports, so a page refreshing faster than workers report costs
+/// the broker nothing more for its chart.
+pub(crate) async fn buckets(
+    app: &App,
+    queue: &str,
+) -> hopper::Result<Vec<hopper::registry::Bucket>> {
+    let fresh = app.follow_every;
+    {
+        let cached = app
+            .timeline
+            .buckets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some((_, buckets)) = cached.get(queue).filter(|(at, _)| at.elapsed() < fresh) {
+            return Ok(buckets.clone());
+        }
+    }
+    let buckets = app.broker.throughput(queue).await?;
+    let mut cached = app
+        .timeline
+        .buckets
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    cached.retain(|_, (at, _)| at.elapsed() < fresh);
+    cached.insert(
+        queue.to_owned(),
+        (std::time::Instant::now(), buckets.clone()),
+    );
+    Ok(buckets)
 }
 
 /// Follows the workers' reports every `every`, until the task is aborted.

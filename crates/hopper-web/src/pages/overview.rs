@@ -35,11 +35,16 @@ async fn statuses(app: &App, workers: &[WorkerInfo]) -> hopper::Result<Option<Ve
     Ok(Some(out))
 }
 
-/// The live workers, or none where the broker keeps no reports.
+/// The live workers, or none where the broker keeps no reports: as the server last read
+/// them following their reports, when that was within two report intervals, so an open
+/// page costs the broker no query for them.
 pub(super) async fn live_workers(app: &App) -> hopper::Result<Vec<WorkerInfo>> {
-    match app.broker.capabilities().admin.workers {
-        true => app.broker.workers().await,
-        false => Ok(Vec::new()),
+    if !app.broker.capabilities().admin.workers {
+        return Ok(Vec::new());
+    }
+    match app.timeline.latest(app.follow_every * 2) {
+        Some(workers) => Ok(workers),
+        None => app.broker.workers().await,
     }
 }
 
@@ -51,7 +56,7 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
     let mut buckets = Vec::new();
     if caps.throughput {
         for q in queues.iter().flatten() {
-            buckets.extend(app.broker.throughput(&q.queue).await?);
+            buckets.extend(crate::timeline::buckets(&app, &q.queue).await?);
         }
     }
     let body = html! {

@@ -48,7 +48,7 @@ pub(crate) async fn queue(
         status.consumers = Some(workers.len() as u64);
     }
     let buckets = match caps.throughput {
-        true => app.broker.throughput(&queue).await?,
+        true => crate::timeline::buckets(&app, &queue).await?,
         false => Vec::new(),
     };
     let page = match caps.list {

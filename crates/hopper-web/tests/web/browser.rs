@@ -361,3 +361,64 @@ async fn the_dashboard_in_a_browser_on_postgres() {
     hopper::migrate(&url).await.unwrap();
     scenario(hopper::connect(&url).await.unwrap(), "postgres").await;
 }
+
+/// A queue page left open in the browser, refreshing itself every 5 s, costs the broker
+/// at most one call a second, the server's following of the workers included: counted at
+/// the broker's door, on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_page_costs_at_most_a_query_a_second() {
+    let schema = format!("hopper_web_page_{}", std::process::id());
+    let _drop = DropSchema(schema.clone());
+    let base = std::env::var("HOPPER_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let url = format!("{base}?schema={schema}");
+    hopper::migrate(&url).await.unwrap();
+    let broker = hopper::connect(&url).await.unwrap();
+    broker
+        .enqueue((0..20).map(|i| job("q", format!("{i}"))).collect())
+        .await
+        .unwrap();
+    let counted = Arc::new(hopper_testkit::WithCleanup::new(broker, || {}));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let options = hopper_web::ServeOptions {
+        bind: addr,
+        token: None,
+        read_only: false,
+        metrics: None,
+        follow_every: hopper::registry::HEARTBEAT_EVERY,
+    };
+    let serving: Arc<dyn Broker> = counted.clone();
+    tokio::spawn(hopper_web::serve_on(
+        listener,
+        serving,
+        options,
+        std::future::pending(),
+    ));
+    let b = browser().await;
+    b.client
+        .goto(&format!("http://{addr}/queues/q"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = counted.calls();
+    let watched = Duration::from_secs(30);
+    tokio::time::sleep(watched).await;
+    let per_second = (counted.calls() - before) as f64 / watched.as_secs_f64();
+    assert!(
+        per_second > 0.2,
+        "the page refreshed: {per_second:.2} calls a second"
+    );
+    assert!(
+        per_second <= 1.0,
+        "{per_second:.2} broker calls a second with one page open"
+    );
+    let rows = b
+        .client
+        .find_all(Locator::Css("#jobs tbody tr"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 20, "the page still shows the queue's jobs");
+    let Browser { client, .. } = &b;
+    client.clone().close().await.unwrap();
+}
