@@ -5,6 +5,7 @@ mod web {
     mod browser;
     mod fetching;
     mod pages;
+    mod rabbitmq;
     mod schema;
     mod security;
     mod support;

@@ -62,9 +62,17 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
     let body = html! {
         h1 { "Queues" }
         @match &queues {
-            None => p.note {
-                "This broker cannot list its queues. Open one by name: "
-                code { "/queues/NAME" } "."
+            None => {
+                p.note {
+                    "This broker holds messages, not records: it cannot list its queues, their "
+                    "jobs or its workers. Open a queue by name to see its depth, consumers and "
+                    "dead letters."
+                }
+                form #open-queue onsubmit="location.href='/queues/'+encodeURIComponent(this.queue.value);return false" {
+                    input name="queue" placeholder="queue name" required aria-label="queue name";
+                    " "
+                    button { "Open" }
+                }
             },
             Some(queues) if queues.is_empty() => p.muted { "No queue holds jobs." },
             Some(queues) => section.panel { (queue_table(queues)) },
