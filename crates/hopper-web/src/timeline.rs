@@ -52,12 +52,17 @@ pub(crate) struct Timeline {
 }
 
 impl Timeline {
-    /// Takes in the reports of `workers` not seen yet, and forgets workers no longer listed.
+    /// Takes in the reports of `workers` not seen yet, and forgets workers silent for ten
+    /// minutes.
     pub(crate) fn observe(&self, workers: &[WorkerInfo]) {
         *self.latest.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((std::time::Instant::now(), workers.to_vec()));
         let mut tracks = self.tracks.lock().unwrap_or_else(|e| e.into_inner());
-        tracks.retain(|(id, _), _| workers.iter().any(|w| &w.id == id));
+        // A worker missing from one read (a late report) keeps its track; one silent for
+        // the whole window is forgotten.
+        let now = hopper::broker::to_millis(std::time::SystemTime::now());
+        let window = (KEPT_POINTS as i64) * 5_000;
+        tracks.retain(|_, (_, points)| points.back().is_some_and(|p| now - p.at < window));
         for w in workers {
             for q in &w.queues {
                 let key = (w.id.clone(), q.queue.clone());

@@ -5,7 +5,8 @@
 //! for it. When the loop ends it sends what was settled since, and removes the worker.
 //!
 //! A report that fails is logged once (and once more when reports work again) and its
-//! counts go with the next one; a broker that cannot be reached never stops the worker.
+//! counts and fetch sizes go with the next one; a broker that cannot be reached never
+//! stops the worker.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,7 @@ use super::stats::WorkerStats;
 use crate::admin::Throughput;
 use crate::broker::Broker;
 use crate::job::to_millis;
-use crate::registry::{MISSED_BEATS, QueueBeat, WorkerBeat, WorkerInfo};
+use crate::registry::{FETCHES_PER_REPORT, MISSED_BEATS, QueueBeat, WorkerBeat, WorkerInfo};
 
 /// Where the heartbeat reads from and what it reports.
 pub(super) struct Heartbeat {
@@ -41,6 +42,8 @@ impl Heartbeat {
         let mut info = WorkerInfo::this_process(started, blank.collect());
         let mut reported: HashMap<String, Throughput> = HashMap::new();
         let mut failing = false;
+        // Per queue, the fetch sizes of a report that did not get through.
+        let mut unsent: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
         let mut tick = tokio::time::interval(self.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -52,7 +55,14 @@ impl Heartbeat {
                 for q in &mut info.queues {
                     (q.held, q.running, q.window) = (0, 0, 0);
                 }
-            } else if let Some(queues) = self.ask_report().await {
+            } else if let Some(mut queues) = self.ask_report().await {
+                // Fetch sizes of a report that failed go with this one.
+                for (q, carried) in queues.iter_mut().zip(&mut unsent) {
+                    let mut fetches = std::mem::take(carried);
+                    fetches.append(&mut q.fetches);
+                    fetches.truncate(FETCHES_PER_REPORT);
+                    q.fetches = fetches;
+                }
                 info.queues = queues;
             }
             let (settled, totals) = self.settled_since(&reported);
@@ -70,6 +80,7 @@ impl Heartbeat {
                         }
                     }
                     Err(e) => {
+                        unsent = info.queues.iter().map(|q| q.fetches.clone()).collect();
                         if !std::mem::replace(&mut failing, true) {
                             tracing::warn!(
                                 worker = %info.id,
