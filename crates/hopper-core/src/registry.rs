@@ -56,6 +56,10 @@ pub struct QueueBeat {
     /// [`FETCHES_PER_REPORT`] of them. On a pushed broker, the batches handed to handlers.
     #[serde(default)]
     pub fetches: Vec<u32>,
+    /// When the earliest lease the worker holds expires (ms since the epoch), on brokers
+    /// whose leases it renews; the same for each of its queues.
+    #[serde(default)]
+    pub lease_expires_at: Option<Millis>,
 }
 
 /// A worker as the broker lists it.

@@ -193,6 +193,8 @@ pub struct WorkerQueueView {
     pub running: usize,
     pub window: usize,
     pub paused: bool,
+    /// When the earliest lease the worker holds expires, where it renews leases.
+    pub lease_expires_at: Option<i64>,
 }
 
 impl From<&QueueBeat> for WorkerQueueView {
@@ -204,6 +206,7 @@ impl From<&QueueBeat> for WorkerQueueView {
             running: q.running,
             window: q.window,
             paused: q.paused,
+            lease_expires_at: q.lease_expires_at,
         }
     }
 }

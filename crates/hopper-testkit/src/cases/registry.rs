@@ -78,6 +78,7 @@ pub async fn workers_and_throughput(broker: Arc<dyn Broker>) {
         window: 8,
         paused: false,
         fetches: vec![1, 1, 2, 2, 4],
+        lease_expires_at: Some(1_000),
     };
     let a = worker("host-1:4242:a", t0 - 5000, vec![q1.clone()]);
     let b = worker("host-1:4243:b", t0 - 1000, vec![]);

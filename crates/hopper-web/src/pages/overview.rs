@@ -135,7 +135,8 @@ pub(super) fn worker_table(workers: &[WorkerInfo]) -> Markup {
             table #workers {
                 thead { tr {
                     th { "worker" } th { "queues: running / held of slots, window" }
-                    th { "started" } th { "last report" } th { "expires in" }
+                    th { "started" } th { "last report" } th { "report expires in" }
+                    th { "earliest lease expires in" }
                 } }
                 tbody {
                     @for w in workers {
@@ -154,6 +155,12 @@ pub(super) fn worker_table(workers: &[WorkerInfo]) -> Markup {
                             td { (time(w.started_at)) }
                             td { (ago(w.heartbeat_at)) }
                             td { (span(Duration::from_millis((w.expires_at - now_ms()).max(0) as u64))) }
+                            td.lease {
+                                @match w.queues.iter().filter_map(|q| q.lease_expires_at).min() {
+                                    Some(at) => (span(Duration::from_millis((at - now_ms()).max(0) as u64))),
+                                    None => span.muted { "no lease held" },
+                                }
+                            }
                         }
                     }
                 }

@@ -85,3 +85,61 @@ async fn a_workers_fetches_are_followed_in_order() {
     worker.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A worker holding a job reports when its earliest lease expires: after its report and
+/// within the lease's time of it; the workers page shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_holding_a_job_shows_its_lease_expiry() {
+    let (broker, dir) = sqlite("lease-expiry").await;
+    broker
+        .enqueue(vec![NewJob::json("slow", &1u64).unwrap()])
+        .await
+        .unwrap();
+    let server = start(broker.clone(), None, false).await;
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let open = gate.clone();
+    let worker = Worker::builder(broker.clone())
+        .heartbeat(Duration::from_millis(200))
+        .lease_ttl(Duration::from_secs(10))
+        .queue(
+            "slow",
+            QueueOptions::new().concurrency(1),
+            move |_job: JobContext<u64>| {
+                let gate = gate.clone();
+                async move {
+                    gate.notified().await;
+                    Ok(())
+                }
+            },
+        )
+        .start()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (lease, reported) = loop {
+        let workers = get(&server, "/api/workers", &[]).await.json();
+        let w = &workers[0];
+        if let Some(at) = w["queues"][0]["lease_expires_at"].as_i64() {
+            break (at, w["heartbeat_at"].as_i64().unwrap());
+        }
+        assert!(Instant::now() < deadline, "no lease reported: {workers}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        lease > reported - 10_000 && lease <= reported + 10_000,
+        "lease expiry {lease} within 10 s of the report at {reported}"
+    );
+    // The page shows the workers as the server last followed them: a report later.
+    let page = loop {
+        let page = get(&server, "/workers", &[]).await.body;
+        if page.contains(r#"<td class="lease">"#) {
+            break page;
+        }
+        assert!(Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(!page.contains("no lease held"), "{page}");
+    open.notify_one();
+    let stats = worker.shutdown().await;
+    assert_eq!(stats.completed, 1);
+    let _ = std::fs::remove_dir_all(dir);
+}

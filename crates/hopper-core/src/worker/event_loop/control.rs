@@ -43,6 +43,8 @@ impl EventLoop {
 
     /// What the heartbeat reports of each queue: slots, what is held and running, window.
     fn report(&mut self) -> Vec<QueueBeat> {
+        let lease = self.leases.earliest_expiry();
+        let lease_expires_at = lease.map(|at| self.wall.at(at));
         let mut beats = Vec::with_capacity(self.queues.len());
         for qi in 0..self.queues.len() {
             let (waiting, running) = self.held(qi);
@@ -56,6 +58,7 @@ impl EventLoop {
                 window: self.window(q),
                 paused: q.paused,
                 fetches,
+                lease_expires_at,
             });
         }
         beats

@@ -100,6 +100,12 @@ impl Leases {
             .then_some(self.next_renew)
     }
 
+    /// When the earliest held lease expires at the broker at the soonest (its last
+    /// confirmation plus its time), where the worker tracks confirmations.
+    pub(super) fn earliest_expiry(&self) -> Option<Instant> {
+        self.confirmed.values().min().map(|&at| at + self.ttl)
+    }
+
     /// When the earliest held lease is to be given up, if the worker gives any up.
     pub(super) fn next_give_up(&self) -> Option<Instant> {
         self.confirmed.values().min().map(|&at| self.give_up_at(at))
