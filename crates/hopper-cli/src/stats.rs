@@ -77,8 +77,7 @@ async fn read(broker: &dyn Broker, only: &[String]) -> Result<Vec<QueueStatus>> 
     if broker.capabilities().admin.workers {
         let workers = broker.workers().await?;
         for row in &mut rows {
-            let takes = |w: &&hopper::WorkerInfo| w.queues.iter().any(|q| q.queue == row.queue);
-            row.consumers = Some(workers.iter().filter(takes).count() as u64);
+            row.consumers = Some(hopper::registry::consumers(&workers, &row.queue));
         }
     }
     Ok(rows)

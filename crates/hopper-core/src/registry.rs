@@ -97,10 +97,20 @@ impl WorkerInfo {
         }
     }
 
+    /// Whether it works `queue`.
+    pub fn takes(&self, queue: &str) -> bool {
+        self.queues.iter().any(|q| q.queue == queue)
+    }
+
     /// The jobs it holds, over all queues.
     pub fn held(&self) -> usize {
         self.queues.iter().map(|q| q.held).sum()
     }
+}
+
+/// How many of `workers` work `queue`: a queue's consumers where workers report themselves.
+pub fn consumers(workers: &[WorkerInfo], queue: &str) -> u64 {
+    workers.iter().filter(|w| w.takes(queue)).count() as u64
 }
 
 /// One report of a worker to its broker.

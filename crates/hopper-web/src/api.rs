@@ -40,21 +40,30 @@ pub async fn session(State(app): State<Arc<App>>) -> Json<SessionView> {
     (status = 404, description = "the broker cannot list its queues", body = ErrorBody),
 ))]
 pub async fn queues(State(app): State<Arc<App>>) -> ApiResult<Json<Vec<QueueView>>> {
-    let names = app.broker.queues().await?;
     let workers = match app.broker.capabilities().admin.workers {
         true => app.broker.workers().await?,
         false => Vec::new(),
     };
+    let statuses = queue_statuses(&app, &workers).await?;
+    Ok(Json(statuses.into_iter().map(QueueView::from).collect()))
+}
+
+/// Every queue's glance, with its consumers counted from `workers` where the broker lists
+/// workers. A broker that cannot list its queues answers `NotSupported`.
+pub(crate) async fn queue_statuses(
+    app: &App,
+    workers: &[hopper::WorkerInfo],
+) -> hopper::Result<Vec<hopper::QueueStatus>> {
+    let names = app.broker.queues().await?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
         let mut status = app.broker.queue_glance(&name, COUNT_BOUND).await?;
         if app.broker.capabilities().admin.workers {
-            let takes = |w: &&hopper::WorkerInfo| w.queues.iter().any(|q| q.queue == name);
-            status.consumers = Some(workers.iter().filter(takes).count() as u64);
+            status.consumers = Some(hopper::registry::consumers(workers, &name));
         }
-        out.push(QueueView::from(status));
+        out.push(status);
     }
-    Ok(Json(out))
+    Ok(out)
 }
 
 /// Refuses an invalid queue name, and one the broker does not hold where it can say.

@@ -11,28 +11,16 @@ use maud::{Markup, html};
 use super::chart::{chart, per_minute};
 use super::{PageResult, ago, count, layout, maybe, now_ms, span, time};
 use crate::App;
-use hopper::admin::COUNT_BOUND;
+use crate::api::queue_statuses;
 
-/// Every queue's status, with consumers counted from the live workers where the broker
-/// lists them; `None` where the broker cannot list its queues.
+/// Every queue's status (see [`queue_statuses`]); `None` where the broker cannot list its
+/// queues.
 async fn statuses(app: &App, workers: &[WorkerInfo]) -> hopper::Result<Option<Vec<QueueStatus>>> {
-    let names = match app.broker.queues().await {
-        Ok(names) => names,
-        Err(hopper::Error::NotSupported { .. }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let mut out = Vec::with_capacity(names.len());
-    for name in names {
-        let mut status = app.broker.queue_glance(&name, COUNT_BOUND).await?;
-        if app.broker.capabilities().admin.workers {
-            let takes = workers
-                .iter()
-                .filter(|w| w.queues.iter().any(|q| q.queue == name));
-            status.consumers = Some(takes.count() as u64);
-        }
-        out.push(status);
+    match queue_statuses(app, workers).await {
+        Ok(statuses) => Ok(Some(statuses)),
+        Err(hopper::Error::NotSupported { .. }) => Ok(None),
+        Err(e) => Err(e),
     }
-    Ok(Some(out))
 }
 
 /// The live workers, or none where the broker keeps no reports: as the server last read

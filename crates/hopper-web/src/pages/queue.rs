@@ -42,7 +42,7 @@ pub(crate) async fn queue(
     let workers: Vec<_> = live_workers(&app)
         .await?
         .into_iter()
-        .filter(|w| w.queues.iter().any(|q| q.queue == queue))
+        .filter(|w| w.takes(&queue))
         .collect();
     if caps.workers {
         status.consumers = Some(workers.len() as u64);

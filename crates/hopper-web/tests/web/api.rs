@@ -7,7 +7,7 @@ use std::time::Duration;
 use hopper::broker::{FetchRequest, Outcome, Settlement};
 use hopper::{Broker, JobId, NewJob};
 
-use super::support::{get, post, sqlite, start};
+use super::support::{dead_letter, get, post, sqlite, start};
 
 /// Queue `emails`: 3 pending (one with an HTML payload) and 2 dead; queue `reports`
 /// paused and empty. Returns the pending ids and the dead ids.
@@ -317,20 +317,7 @@ async fn actions_change_what_the_broker_holds() {
 
     // What is pending now (two of the first jobs and the retried one) dies, to be
     // re-driven as a whole queue.
-    let f = broker
-        .fetch(FetchRequest::one("emails", 10, Duration::from_secs(30)))
-        .await
-        .unwrap();
-    let s = f
-        .jobs
-        .iter()
-        .map(|j| Settlement {
-            job: j.id,
-            lease: f.lease,
-            outcome: Outcome::DeadLetter { error: "x".into() },
-        })
-        .collect();
-    broker.settle(s).await.unwrap();
+    dead_letter(&broker, "emails", 10, |_| "x".into()).await;
     let dead_now = counts().await.dead;
     assert_eq!(dead_now, 3);
     let all = post(

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use hopper::broker::{FetchRequest, Outcome, Settlement};
+use hopper::broker::FetchRequest;
 use hopper::{Broker, JobContext, JobId, NewJob, QueueOptions, Worker};
 
-use super::support::{Server, sqlite, start};
+use super::support::{Server, dead_letter, sqlite, start};
 
 /// Chromium under chromedriver on a port of its own; the driver is killed when dropped.
 struct Browser {
@@ -60,6 +60,16 @@ async fn browser() -> Browser {
     }
 }
 
+/// The job ids of listed rows, in order.
+async fn row_ids(rows: Vec<fantoccini::elements::Element>) -> Vec<i64> {
+    let mut ids = Vec::with_capacity(rows.len());
+    for row in rows {
+        let id = row.attr("data-id").await.unwrap().expect("a data-id");
+        ids.push(id.parse().unwrap());
+    }
+    ids
+}
+
 /// Waits up to 30 s for `done`.
 async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -89,22 +99,8 @@ async fn fill(broker: &Arc<dyn Broker>) -> (JobId, Vec<JobId>) {
         .enqueue(vec![job("mail", "d1"), job("mail", "d2")])
         .await
         .unwrap();
-    let f = broker
-        .fetch(FetchRequest::one("mail", 2, Duration::from_secs(60)))
-        .await
-        .unwrap();
-    let s = f
-        .jobs
-        .iter()
-        .map(|j| Settlement {
-            job: j.id,
-            lease: f.lease,
-            outcome: Outcome::DeadLetter {
-                error: format!("smtp refused {}", j.id),
-            },
-        })
-        .collect();
-    broker.settle(s).await.unwrap();
+    let died = dead_letter(broker, "mail", 2, |id| format!("smtp refused {id}")).await;
+    assert_eq!(died, 2);
     let ids = broker
         .enqueue(vec![
             job("mail", "<script>alert('owned')</script>"),
@@ -265,16 +261,7 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
             .await
             .unwrap();
         assert_eq!(rows.len(), 50, "page {page}");
-        for row in rows {
-            listed.push(
-                row.attr("data-id")
-                    .await
-                    .unwrap()
-                    .unwrap()
-                    .parse::<i64>()
-                    .unwrap(),
-            );
-        }
+        listed.extend(row_ids(rows).await);
         b.client
             .find(Locator::Id("next"))
             .await
@@ -301,17 +288,7 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
         .find_all(Locator::Css("#jobs tbody tr"))
         .await
         .unwrap();
-    let mut last = Vec::new();
-    for row in rows {
-        last.push(
-            row.attr("data-id")
-                .await
-                .unwrap()
-                .unwrap()
-                .parse::<i64>()
-                .unwrap(),
-        );
-    }
+    let last = row_ids(rows).await;
     let expected: Vec<i64> = bulk[99_950..].iter().map(|id| id.0).collect();
     assert_eq!(last, expected, "the last page, read at the 99,950th job");
     shot(&b, &format!("{name}-bulk")).await;

@@ -165,3 +165,34 @@ pub async fn post(server: &Server, path: &str, body: Option<&str>) -> Answer {
     ];
     call(server, "POST", path, &headers, body).await
 }
+
+/// Takes up to `n` due jobs of `queue` and dead-letters them, each with the error `why`
+/// gives its id; returns how many died.
+pub async fn dead_letter(
+    broker: &Arc<dyn Broker>,
+    queue: &str,
+    n: usize,
+    why: impl Fn(hopper::JobId) -> String,
+) -> usize {
+    use hopper::broker::{FetchRequest, Outcome, Settlement};
+    let fetched = broker
+        .fetch(FetchRequest::one(
+            queue,
+            n,
+            std::time::Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    let settlements: Vec<Settlement> = fetched
+        .jobs
+        .iter()
+        .map(|j| Settlement {
+            job: j.id,
+            lease: fetched.lease,
+            outcome: Outcome::DeadLetter { error: why(j.id) },
+        })
+        .collect();
+    let died = settlements.len();
+    broker.settle(settlements).await.unwrap();
+    died
+}
