@@ -134,3 +134,50 @@ impl PgBroker {
         self.inner.vacuum.close().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every statement of the broker runs on connections that plan as `PLANNING` says;
+    /// above all, JIT stays off (see `PLANNING` for what it cost). The server is the one
+    /// the integration tests use.
+    #[tokio::test]
+    async fn claim_and_call_connections_plan_without_jit() {
+        let url = std::env::var("HOPPER_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let options = PgOptions::default().schema(hopper_testkit::unique_name("hopper_t"));
+        crate::migrate_with(&url, &options).await.unwrap();
+        let schema = options.schema.clone();
+        let broker = PgBroker::connect_with(&url, options).await.unwrap();
+        let mut seen: Vec<(&str, String)> = Vec::new();
+        for conns in [&broker.inner.conns, &broker.inner.claims] {
+            let mut held = conns.get().await.unwrap();
+            for name in ["plan_cache_mode", "enable_seqscan", "jit"] {
+                let value: String = sqlx::query_scalar(&format!("SHOW {name}"))
+                    .fetch_one(held.conn())
+                    .await
+                    .unwrap();
+                seen.push((name, value));
+            }
+        }
+        let mut held = broker.inner.vacuum.get().await.unwrap();
+        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(held.conn())
+            .await
+            .unwrap();
+        drop(held);
+        broker.close().await;
+        let planning = [
+            ("plan_cache_mode", "force_generic_plan"),
+            ("enable_seqscan", "off"),
+            ("jit", "off"),
+        ];
+        let wanted: Vec<_> = planning
+            .iter()
+            .chain(&planning)
+            .map(|&(n, v)| (n, v.to_owned()))
+            .collect();
+        assert_eq!(seen, wanted, "calls', then claims' connections");
+    }
+}

@@ -128,11 +128,11 @@ pub(super) fn worker_table(workers: &[WorkerInfo]) -> Markup {
                 } }
                 tbody {
                     @for w in workers {
-                        tr {
+                        tr data-worker=(w.id) data-pid=(w.pid) {
                             td { (w.host) " " span.muted { "pid " (w.pid) } br; span.muted { (w.id) } }
                             td {
                                 @for q in &w.queues {
-                                    div {
+                                    div.taken data-queue=(q.queue) data-slots=(q.concurrency) {
                                         a href=(format!("/queues/{}", q.queue)) { (q.queue) } " "
                                         (q.running) " / " (q.held) " of " (q.concurrency)
                                         span.muted { ", window " (q.window) }

@@ -79,12 +79,19 @@ async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
     }
 }
 
-/// Saves a screenshot of the current page as a test artefact.
+/// Saves a screenshot of the current page as a test artefact in
+/// `target/tmp/screenshots`. With `HOPPER_UPDATE_SCREENSHOTS=1`, the SQLite scenario's
+/// shots also replace README's in `docs/screenshots`.
 async fn shot(b: &Browser, name: &str) {
     let png = b.client.screenshot().await.unwrap();
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), &png).unwrap();
+    let update = std::env::var_os("HOPPER_UPDATE_SCREENSHOTS").is_some_and(|v| v == "1");
+    if let (true, Some(page)) = (update, name.strip_prefix("sqlite-")) {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots");
+        std::fs::write(docs.join(format!("{page}.png")), &png).unwrap();
+    }
 }
 
 /// A job whose payload is `text` as a JSON string, as the worker's handler decodes it.
@@ -152,7 +159,6 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
             "{queue}"
         );
     }
-    shot(&b, &format!("{name}-overview")).await;
 
     // An HTML payload is text, and runs nothing.
     b.client
@@ -167,12 +173,16 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
     );
     assert!(b.client.get_alert_text().await.is_err(), "no alert opened");
     shot(&b, &format!("{name}-job")).await;
+    b.client.set_window_size(390, 844).await.unwrap();
+    shot(&b, &format!("{name}-job-phone")).await;
+    b.client.set_window_size(1280, 1000).await.unwrap();
 
     // A dead job retried from its page becomes pending, and a running worker completes it.
     let ran = Arc::new(Mutex::new(Vec::<i64>::new()));
     let seen = ran.clone();
     let worker = Worker::builder(broker.clone())
         .poll_interval(Duration::from_millis(100))
+        .heartbeat(Duration::from_millis(200))
         .queue(
             "mail",
             QueueOptions::new().concurrency(2),
@@ -207,6 +217,30 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
         !ran.lock().unwrap().contains(&dead[1].0),
         "the other dead letter stayed dead"
     );
+
+    // The workers page lists the running worker by its pid, taking `mail` with 2 slots.
+    let pid = std::process::id().to_string();
+    eventually("the worker on the workers page", async || {
+        b.client.goto(&format!("{base}/workers")).await.unwrap();
+        let Ok(rows) = b.client.find_all(Locator::Css("#workers tbody tr")).await else {
+            return false;
+        };
+        for row in rows {
+            if row.attr("data-pid").await.unwrap().as_deref() != Some(pid.as_str()) {
+                continue;
+            }
+            let taken = row.find(Locator::Css("div.taken")).await.unwrap();
+            let queue = taken.attr("data-queue").await.unwrap();
+            let slots = taken.attr("data-slots").await.unwrap();
+            return queue.as_deref() == Some("mail") && slots.as_deref() == Some("2");
+        }
+        false
+    })
+    .await;
+    shot(&b, &format!("{name}-workers")).await;
+    // The overview again, now with throughput and a live worker to show.
+    b.client.goto(&format!("{base}/")).await.unwrap();
+    shot(&b, &format!("{name}-overview")).await;
 
     // Pausing from the page stops the worker within two seconds; resuming starts it again.
     b.client.goto(&format!("{base}/queues/mail")).await.unwrap();
