@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Error, FetchRequest, Fetched,
-    JobId, JobRecord, LeaseId, QueueCounts, QueueStatus, Result, Selection, SettleReport,
+    AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Enqueued, Error, FetchRequest,
+    Fetched, JobId, JobRecord, LeaseId, QueueCounts, QueueStatus, Result, Selection, SettleReport,
     Settlement,
 };
 use tokio::sync::watch;
@@ -166,6 +166,8 @@ impl AmqpBroker {
 #[async_trait]
 impl Broker for AmqpBroker {
     fn capabilities(&self) -> Capabilities {
+        // No unique keys: RabbitMQ cannot look a message up by key, so there is nothing to
+        // find a key's holder with, and core refuses jobs that carry one.
         Capabilities::pushed("amqp").with_admin(AdminCalls::PUSHED)
     }
 
@@ -175,7 +177,7 @@ impl Broker for AmqpBroker {
         }
     }
 
-    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
         let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
         queues.sort_unstable();
         queues.dedup();
@@ -245,7 +247,8 @@ impl Broker for AmqpBroker {
         for r in results {
             r.into_result()?;
         }
-        Ok(ids)
+        // Every message is stored: without unique keys no job is a duplicate.
+        Ok(ids.into_iter().map(Enqueued::stored).collect())
     }
 
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {

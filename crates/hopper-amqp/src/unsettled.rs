@@ -13,12 +13,15 @@ use std::collections::VecDeque;
 
 use hopper_core::JobCopy;
 
-/// A delivery this process holds unsettled: what a retry or dead-letter copy needs. The
-/// copy leaves the queue's name to the subscription, and keeps a small payload inline.
+/// A delivery this process holds unsettled: what a retry, dead-letter or snooze copy
+/// needs. The copy leaves the queue's name to the subscription, and keeps a small payload
+/// inline.
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) copy: JobCopy,
     pub(crate) message_id: Option<String>,
+    /// The error of an earlier attempt the message carries, which a snooze copy keeps.
+    pub(crate) error: Option<Box<str>>,
 }
 
 /// Empty slots kept before a compaction is worth its pass, beyond the deliveries held.
@@ -122,6 +125,7 @@ mod tests {
         Held {
             copy: JobCopy::new(&job),
             message_id: None,
+            error: None,
         }
     }
 

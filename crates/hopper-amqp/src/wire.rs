@@ -135,13 +135,15 @@ pub fn properties(
     }
 }
 
-/// The properties of a copy of `job` (a retry or a dead letter): the same message with
-/// `attempt` charged, the error of the last attempt and, for a retry, when it is due.
+/// The properties of a copy of `job` (a retry, a dead letter or a snooze): the same
+/// message with `charged` attempts in [`ATTEMPT`], `error` as its last error and, when it
+/// waits in a retry queue, when it is due.
 pub fn copy_properties(
     job: &Job,
     message_id: Option<&str>,
     run_at: Option<Millis>,
-    error: &str,
+    charged: u32,
+    error: Option<&str>,
 ) -> BasicProperties {
     let mut new = NewJob::new(job.queue.clone(), Vec::new());
     new.max_attempts = job.max_attempts;
@@ -152,10 +154,17 @@ pub fn copy_properties(
         &new,
         job.created_at,
         run_at.unwrap_or(job.created_at),
-        job.attempt,
-        Some(error),
+        charged,
+        error,
     );
     props.with_content_type(job_content_type(job).into())
+}
+
+/// The [`ERROR`] a delivery carries from an earlier attempt, if any: a snoozed copy keeps
+/// it as it is, since putting a job off is no failure of its own.
+pub(crate) fn carried_error(props: &BasicProperties) -> Option<Box<str>> {
+    let v = props.headers().as_ref()?.inner().get(ERROR)?;
+    as_string(v).map(String::into_boxed_str)
 }
 
 /// The properties of a dead letter sent back to its queue: the same message (id, body,

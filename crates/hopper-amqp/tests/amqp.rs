@@ -9,6 +9,7 @@ mod amqp {
     mod faults;
     mod interop;
     mod retries;
+    mod snooze;
     mod subscriptions;
     mod suite;
     pub mod support;

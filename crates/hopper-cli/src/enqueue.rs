@@ -1,12 +1,13 @@
 //! `hopper enqueue QUEUE [PAYLOAD]`: jobs from the command line, or one per line of JSON on
-//! standard input, with the options a producer sets in code. Prints each new job's id.
+//! standard input, with the options a producer sets in code. Prints each new job's id, or,
+//! for a job whose unique key another job holds, that job's id (and says so on stderr).
 
 use std::io::BufRead;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::Args;
-use hopper::{ConfigError, NewJob, Result};
+use hopper::{ConfigError, NewJob, Result, UniqueScope};
 
 /// Jobs sent per enqueue call when reading standard input.
 const CHUNK: usize = 1_000;
@@ -33,6 +34,20 @@ pub struct EnqueueArgs {
     /// A header, `NAME=VALUE`; repeat for more.
     #[arg(long = "header", value_name = "NAME=VALUE")]
     headers: Vec<String>,
+    /// A unique key: while a job of the queue holds it, no other job with it is stored
+    /// and the holder's id is printed instead.
+    #[arg(long, value_name = "KEY")]
+    unique_key: Option<String>,
+    /// How long the key is held: `unfinished` (until the job completes, dies or is
+    /// cancelled), `queued` (until a worker first takes it), or a period from the
+    /// enqueue (`10m`, `1h`).
+    #[arg(
+        long,
+        value_name = "SCOPE",
+        requires = "unique_key",
+        default_value = "unfinished"
+    )]
+    unique_for: String,
 }
 
 /// Reads the jobs, enqueues them in chunks, prints their ids, one a line.
@@ -67,8 +82,15 @@ pub async fn run(url: &str, args: EnqueueArgs) -> Result<ExitCode> {
                 ..template.clone()
             })
             .collect();
-        for id in broker.enqueue(jobs).await? {
-            println!("{id}");
+        for done in broker.enqueue_reported(jobs).await? {
+            if done.existing {
+                eprintln!(
+                    "job {} already holds unique key `{}`: nothing enqueued",
+                    done.id,
+                    args.unique_key.as_deref().unwrap_or_default()
+                );
+            }
+            println!("{}", done.id);
         }
         bar.inc(chunk.len() as u64);
     }
@@ -103,8 +125,28 @@ fn template(args: &EnqueueArgs) -> Result<NewJob> {
         };
         job = job.header(name, value);
     }
+    if let Some(key) = &args.unique_key {
+        job = job.unique(key, unique_scope(&args.unique_for)?);
+    }
     job.validate()?;
     Ok(job)
+}
+
+/// Reads `--unique-for`.
+fn unique_scope(text: &str) -> Result<UniqueScope> {
+    match text {
+        "unfinished" => Ok(UniqueScope::Unfinished),
+        "queued" => Ok(UniqueScope::Queued),
+        period => match humantime::parse_duration(period) {
+            Ok(d) => Ok(UniqueScope::For(d)),
+            Err(e) => Err(ConfigError::new(
+                "--unique-for",
+                period,
+                format!("`unfinished`, `queued`, or a period such as 10m ({e})"),
+            )
+            .into()),
+        },
+    }
 }
 
 /// `text` as a payload, if it is JSON; `what` names it in the refusal.

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use crate::admin::{AttemptError, JobPage, JobQuery, QueueStatus, Selection};
 use crate::error::{Error, Result};
-use crate::job::{Job, JobId, LeaseId, Limits, Millis, NewJob};
+use crate::job::{Enqueued, Job, JobId, LeaseId, Limits, Millis, NewJob};
 use crate::registry::{Bucket, WorkerBeat, WorkerInfo};
 
 /// How many jobs one fetch may take from one queue.
@@ -82,6 +82,12 @@ pub enum Outcome {
     },
     /// Handed back unstarted: pending again, the attempt not charged.
     Release,
+    /// Put off by its handler (River's snooze): back to its queue after `delay`, the
+    /// attempt not charged and no error recorded.
+    Snooze {
+        /// Wait before the job may run again.
+        delay: Duration,
+    },
     /// Cancelled before it started; never runs.
     Cancel,
 }
@@ -227,6 +233,9 @@ pub struct Capabilities {
     pub pushed: bool,
     /// Which operator calls it serves (listing, re-drives, pausing, …).
     pub admin: AdminCalls,
+    /// Unique keys ([`NewJob::unique_key`]) are enforced by the broker itself, so that
+    /// every producer agrees; without, an enqueue of a job with a key is refused.
+    pub unique: bool,
 }
 
 /// Which of the operator calls of [`admin`](crate::admin) a broker serves; the others
@@ -296,6 +305,7 @@ impl Capabilities {
             topics: false,
             pushed: false,
             admin: AdminCalls::NONE,
+            unique: false,
         }
     }
 
@@ -312,6 +322,7 @@ impl Capabilities {
             topics: true,
             pushed: false,
             admin: AdminCalls::RECORDS,
+            unique: false,
         }
     }
 
@@ -328,6 +339,7 @@ impl Capabilities {
             topics: false,
             pushed: true,
             admin: AdminCalls::NONE,
+            unique: false,
         }
     }
 
@@ -347,6 +359,14 @@ impl Capabilities {
     /// The same, serving the operator calls `admin` says.
     pub const fn with_admin(self, admin: AdminCalls) -> Self {
         Capabilities { admin, ..self }
+    }
+
+    /// The same, enforcing unique keys.
+    pub const fn with_unique(self) -> Self {
+        Capabilities {
+            unique: true,
+            ..self
+        }
     }
 
     /// The same, with `run_at` and delays not honoured.
@@ -420,17 +440,35 @@ pub trait Broker: Send + Sync + Debug + 'static {
     /// job first ([`CheckedJobs::check_within`] the broker's [`limits`](Broker::limits)):
     /// one that fails is the error, and none is stored. Brokers implement
     /// [`enqueue_checked`](Broker::enqueue_checked) instead.
+    ///
+    /// A job with a [unique key](NewJob::unique_key) held by another job is not stored;
+    /// its id in the answer is the holder's. [`enqueue_reported`](Broker::enqueue_reported)
+    /// says which.
     async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        let limits = self.limits();
-        let checked = CheckedJobs::check_within(jobs, &limits)?;
-        let counted = crate::metering::count_enqueued(self.capabilities().name, &checked);
-        let ids = self.enqueue_checked(checked).await?;
-        counted.commit();
-        Ok(ids)
+        let done = self.enqueue_reported(jobs).await?;
+        Ok(done.into_iter().map(|e| e.id).collect())
     }
 
-    /// Stores jobs already checked, all in one round trip, and returns their ids in order.
-    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>>;
+    /// [`enqueue`](Broker::enqueue), saying for each job whether it was stored or a job
+    /// holding its unique key was already there. A broker without
+    /// [`Capabilities::unique`] refuses a batch in which any job has a key, storing none.
+    async fn enqueue_reported(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        let limits = self.limits();
+        let checked = CheckedJobs::check_within(jobs, &limits)?;
+        let caps = self.capabilities();
+        if !caps.unique && checked.iter().any(|j| j.unique.is_some()) {
+            return Err(self.not_supported("unique keys"));
+        }
+        let counted = crate::metering::count_enqueued(caps.name, &checked);
+        let done = self.enqueue_checked(checked).await?;
+        counted.commit();
+        Ok(done)
+    }
+
+    /// Stores jobs already checked, all in one round trip, and says what became of each,
+    /// in order: stored, or (only with [`Capabilities::unique`]) a duplicate of the job
+    /// holding its unique key.
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>>;
 
     /// Claims up to each budget's limit of due jobs, all under one new lease, charging each
     /// job an attempt. Never returns more than asked, even under concurrent fetches, and

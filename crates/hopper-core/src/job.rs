@@ -13,8 +13,10 @@ pub use limits::{
     DEFAULT_MAX_PAYLOAD, Limits, MAX_ATTEMPTS, MAX_DELAY, MAX_HEADER_NAME, MAX_HEADERS_BYTES,
     MAX_PAYLOAD_LIMIT, MAX_RUN_AT, MIN_RUN_AT,
 };
+pub use unique::{Enqueued, MAX_UNIQUE_KEY, UniqueKey, UniqueScope, earlier_with_key};
 
 mod limits;
+mod unique;
 
 /// Attempts a job gets when its producer names no other number (Sidekiq's default).
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
@@ -79,6 +81,9 @@ pub struct NewJob {
     pub max_attempts: u32,
     /// Free-form string headers, kept with the job.
     pub headers: BTreeMap<String, String>,
+    /// A key no other job of the queue may hold while this one does
+    /// ([`unique_key`](NewJob::unique_key)).
+    pub unique: Option<UniqueKey>,
 }
 
 impl NewJob {
@@ -91,6 +96,7 @@ impl NewJob {
             run_at: RunAt::Now,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             headers: BTreeMap::new(),
+            unique: None,
         }
     }
 
@@ -128,6 +134,24 @@ impl NewJob {
     /// Adds a header.
     pub fn header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.insert(key.into(), value.into());
+        self
+    }
+
+    /// Makes the job unique by `key` in its queue until it ends
+    /// ([`UniqueScope::Unfinished`]): while a job holding the key waits or runs, enqueuing
+    /// another with it stores nothing and returns the holder's id
+    /// ([`Enqueued::existing`]). Brokers that cannot look jobs up by key refuse the
+    /// enqueue ([`Capabilities::unique`](crate::Capabilities::unique)).
+    pub fn unique_key(self, key: impl Into<String>) -> Self {
+        self.unique(key, UniqueScope::Unfinished)
+    }
+
+    /// Makes the job unique by `key` in its queue for as long as `scope` says.
+    pub fn unique(mut self, key: impl Into<String>, scope: UniqueScope) -> Self {
+        self.unique = Some(UniqueKey {
+            key: key.into(),
+            scope,
+        });
         self
     }
 
@@ -268,6 +292,11 @@ impl JobCopy {
             headers: (!job.headers.is_empty()).then(|| Box::new(job.headers.clone())),
             payload: SmallVec::from_slice(&job.payload),
         }
+    }
+
+    /// Attempts charged so far.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
     }
 
     /// The job's id.

@@ -8,6 +8,7 @@
 //! - [`broker`]: the [`Broker`] trait, fetch requests, settlements and capabilities.
 //! - [`prefetch`]: the fetch policies ([`Prefetch`]) and the adaptive [`AutoSizer`].
 //! - [`retry`]: [`RetryPolicy`], exponential backoff with jitter.
+//! - [`schedule`]: periodic jobs ([`Schedule`]), by cron expression or interval.
 //! - [`worker`]: the [`Worker`] runtime: event loop, elastic pool, settlements, leases.
 //! - `metering`: the enqueue counter, and whether a metrics recorder is installed.
 //! - [`memory`]: the in-process broker and its topics.
@@ -27,6 +28,7 @@ mod metering;
 pub mod prefetch;
 pub mod registry;
 pub mod retry;
+pub mod schedule;
 pub mod url;
 pub mod worker;
 
@@ -40,11 +42,14 @@ pub use broker::{
 pub use clock::{CONNECT_TIMEOUT, Clock, connect_within};
 pub use deadline::{answer_limit, answer_within};
 pub use error::{Chain, ConfigError, Error, Result};
-pub use job::{Job, JobCopy, JobId, LeaseId, Limits, Millis, NewJob, RunAt};
+pub use job::{
+    Enqueued, Job, JobCopy, JobId, LeaseId, Limits, Millis, NewJob, RunAt, UniqueKey, UniqueScope,
+};
 pub use memory::MemoryBroker;
 pub use prefetch::{AutoSizer, Prefetch};
 pub use registry::{Bucket, QueueBeat, WorkerBeat, WorkerInfo};
 pub use retry::RetryPolicy;
+pub use schedule::{Missed, Schedule};
 pub use url::{BrokerUrl, redact_url};
 pub use worker::{
     JobContext, JobError, JobResult, QueueOptions, QueueStats, Worker, WorkerBuilder, WorkerCounts,

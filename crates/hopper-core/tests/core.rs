@@ -9,6 +9,7 @@ mod core {
     mod fetching;
     mod inline;
     mod metrics;
+    mod periodic;
     mod pushed;
     mod renewal;
     mod safety;

@@ -11,9 +11,9 @@ use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection};
 use hopper_core::clock::Pace;
 use hopper_core::job::{to_millis, validate_queue_name};
 use hopper_core::{
-    AdminCalls, Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, Error,
-    FetchRequest, Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport,
-    Settlement, WorkerBeat, WorkerInfo,
+    AdminCalls, Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, Enqueued,
+    FetchRequest, Fetched, JobId, JobRecord, LeaseId, Millis, NewJob, QueueCounts, Result,
+    SettleReport, Settlement, WorkerBeat, WorkerInfo,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -27,6 +27,12 @@ use crate::url::BrokerUrl;
 
 /// How often, at most, one broker returns jobs of expired leases to their queues.
 const REAP_EVERY_MS: Millis = 1000;
+
+/// How many deadlocks an enqueue of jobs with unique keys runs again after. Producers lock
+/// the keys they share in one order, so a deadlock is rare (InnoDB's locks on the gaps it
+/// checks for duplicates); the one that loses runs again and then waits its turn behind
+/// the winner.
+const KEYED_DEADLOCKS: u32 = 8;
 
 /// The MySQL / MariaDB broker. Cheap to clone: clones share connections and wake-ups.
 ///
@@ -52,8 +58,11 @@ struct Inner {
     /// Returning expired leases, at most once a [`REAP_EVERY_MS`] (by this broker's own
     /// reading of time).
     reap_pace: Pace,
-    /// Deleting expired workers and throughput buckets, at most once a minute.
+    /// Deleting expired workers and throughput buckets, and lapsed unique holds, at most
+    /// once a minute.
     prune_pace: Pace,
+    /// Where the walk over unique holds that deletes the lapsed ones goes on from.
+    prune_cursor: Mutex<queries::PruneCursor>,
     /// Whether the server accepts every budget of a fetch in one UNION ALL statement.
     union_claims: AtomicBool,
     /// The queues whose last claim here came back short. Their next claim first looks up
@@ -147,6 +156,7 @@ impl MySqlBroker {
                 poller,
                 reap_pace: Pace::new(REAP_EVERY_MS),
                 prune_pace: Pace::new(60_000),
+                prune_cursor: Mutex::new(queries::PruneCursor::default()),
                 union_claims: AtomicBool::new(true),
                 by_levels: Mutex::new(HashSet::new()),
                 quiet_since: AtomicU64::new(0),
@@ -188,6 +198,49 @@ impl MySqlBroker {
         self.inner.reap_pace.due(now)
     }
 
+    /// Stores a batch in which some job has a unique key, in one transaction
+    /// (`queries::enqueue_keyed`).
+    async fn enqueue_keyed(&self, jobs: &[NewJob], now: Option<Millis>) -> Result<Vec<Enqueued>> {
+        let step = self.inner.id_step;
+        let done = transaction!(
+            &self.inner.conns,
+            "enqueueing jobs",
+            deadlocks = KEYED_DEADLOCKS,
+            |conn| { queries::enqueue_keyed(conn, jobs, now, step) }
+        )?;
+        if done.iter().any(|e| !e.existing) {
+            self.wake();
+        }
+        Ok(done)
+    }
+
+    /// Deletes unique holds that lapsed, going on from where the last prune stopped. A
+    /// failure is logged, not reported: the heartbeat that asked has been recorded.
+    async fn prune_holds(&self, now: Option<Millis>) {
+        let cursor = self
+            .inner
+            .prune_cursor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let pruned = run!(
+            &self.inner.conns,
+            "deleting lapsed unique keys",
+            Repeat::Safe,
+            |conn| { queries::prune_holds(conn, cursor.clone(), now) }
+        );
+        match pruned {
+            Ok((cursor, _)) => {
+                *self
+                    .inner
+                    .prune_cursor
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = cursor;
+            }
+            Err(e) => tracing::warn!(url = %self.url(), error = %e, "pruning unique keys"),
+        }
+    }
+
     /// A queue's statistics, its counts exact (`None`) or bounded.
     async fn queue_status(&self, queue: &str, bound: Option<u64>) -> Result<QueueStatus> {
         let now = self.now();
@@ -214,19 +267,25 @@ fn merge_budgets(request: &FetchRequest) -> Vec<(&str, usize)> {
 #[async_trait]
 impl Broker for MySqlBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leased_sql("mysql").with_admin(AdminCalls::RECORDS)
+        Capabilities::leased_sql("mysql")
+            .with_admin(AdminCalls::RECORDS)
+            .with_unique()
     }
 
     fn limits(&self) -> hopper_core::Limits {
         self.inner.limits
     }
 
-    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
         let now = self.now();
-        let rows = queries::new_rows(&jobs, now).map_err(|e| Error::Encode(e.to_string()))?;
+        if jobs.iter().any(|job| job.unique.is_some()) {
+            return self.enqueue_keyed(&jobs, now).await;
+        }
+        // No keys: nothing of `hopper_unique` is read or written.
+        let rows = queries::new_rows(jobs.iter(), now);
         let chunks = queries::chunks(&rows);
         let step = self.inner.id_step;
         let conns = &self.inner.conns;
@@ -246,7 +305,7 @@ impl Broker for MySqlBroker {
             })?
         };
         self.wake();
-        Ok(ids)
+        Ok(ids.into_iter().map(Enqueued::stored).collect())
     }
 
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
@@ -492,7 +551,11 @@ impl Broker for MySqlBroker {
         }
         transaction!(&self.inner.conns, "recording a worker heartbeat", |conn| {
             queries::heartbeat(conn, &beat, now, prune)
-        })
+        })?;
+        if prune {
+            self.prune_holds(now).await;
+        }
+        Ok(())
     }
 
     async fn deregister(&self, worker: &str) -> Result<bool> {

@@ -20,7 +20,9 @@
 //! error of its own (`KILL`, shutdown). It goes on to the next connection while the one
 //! that broke was an older one, since after a restart or a `KILL` of them all every one is
 //! gone, and is repeated once more on a connection opened for it. A transaction is also
-//! repeated once after a deadlock or a lock wait timeout.
+//! repeated once after a lock wait timeout, and after a deadlock: once, or as often as its
+//! caller says (an enqueue of jobs with unique keys, whose producers race for the same
+//! rows).
 //!
 //! Other calls report the error. Before one of those runs on a connection that sat idle
 //! long enough for a server or proxy to have closed it, or that was last used before
@@ -145,12 +147,14 @@ impl Held<'_> {
     }
 
     /// Ends the transaction of one try: commits it if `outcome` is a success, else rolls
-    /// it back and says whether to run it again (see the module docs). A failed commit is
+    /// it back and says whether to run it again (see the module docs), counting a
+    /// deadlock off `deadlocks`, the runs again they may still have. A failed commit is
     /// reported, never repeated: the server may have applied it.
     pub(crate) async fn finish_transaction<T>(
         mut self,
         outcome: Result<T, sqlx::Error>,
         repeated: &mut bool,
+        deadlocks: &mut u32,
         what: &str,
     ) -> Next<T> {
         match outcome {
@@ -177,8 +181,13 @@ impl Held<'_> {
                         .is_ok();
                 let again = if broken {
                     !unanswered(&e) && self.again(repeated)
+                } else if server_error_number(&e) == Some(ER_LOCK_DEADLOCK) {
+                    let left = *deadlocks > 0;
+                    *deadlocks = deadlocks.saturating_sub(1);
+                    left
                 } else {
-                    is_lock_conflict(&e) && !std::mem::replace(repeated, true)
+                    server_error_number(&e) == Some(ER_LOCK_WAIT_TIMEOUT)
+                        && !std::mem::replace(repeated, true)
                 };
                 if again {
                     tracing::debug!(
@@ -240,11 +249,15 @@ macro_rules! run {
 
 /// Runs `$body` (a future using the connection bound to `$conn`) inside one transaction
 /// and commits it; see [`Held::finish_transaction`] for failures. Evaluates to
-/// `Result<T>`.
+/// `Result<T>`. `deadlocks = n` runs it again after up to `n` deadlocks rather than one.
 macro_rules! transaction {
-    ($conns:expr, $what:expr, |$conn:ident| $body:expr) => {{
+    ($conns:expr, $what:expr, |$conn:ident| $body:expr) => {
+        $crate::conn::transaction!($conns, $what, deadlocks = 1, |$conn| $body)
+    };
+    ($conns:expr, $what:expr, deadlocks = $deadlocks:expr, |$conn:ident| $body:expr) => {{
         let conns: &$crate::conn::Connections = $conns;
         let mut repeated = false;
+        let mut deadlocks: u32 = $deadlocks;
         loop {
             let mut held = match conns.get($crate::conn::Repeat::Safe).await {
                 Ok(held) => held,
@@ -259,7 +272,10 @@ macro_rules! transaction {
                 }
                 Err(e) => Err(e),
             };
-            match held.finish_transaction(outcome, &mut repeated, $what).await {
+            match held
+                .finish_transaction(outcome, &mut repeated, &mut deadlocks, $what)
+                .await
+            {
                 $crate::conn::Next::Done(result) => break result,
                 $crate::conn::Next::Again => continue,
             }
@@ -320,11 +336,6 @@ const ENDED_BY_SERVER: [u16; 3] = [1927, 1053, 4031];
 /// Whether the server ended the session with an error of its own ([`ENDED_BY_SERVER`]).
 pub(crate) fn ended_by_server(e: &sqlx::Error) -> bool {
     server_error_number(e).is_some_and(|n| ENDED_BY_SERVER.contains(&n))
-}
-
-/// Whether `e` is a deadlock or lock wait timeout: the transaction can simply run again.
-fn is_lock_conflict(e: &sqlx::Error) -> bool {
-    server_error_number(e).is_some_and(|n| n == ER_LOCK_DEADLOCK || n == ER_LOCK_WAIT_TIMEOUT)
 }
 
 /// The server's error number, for an error the server reported.

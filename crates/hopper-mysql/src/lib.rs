@@ -8,6 +8,12 @@
 //! Enqueue is one multi-row `INSERT` per thousand jobs. Sessions run at READ COMMITTED, so
 //! claims lock rows, never the gaps between them.
 //!
+//! A job may carry a unique key. A batch with keys is one transaction that also takes them
+//! in `hopper_unique`, locking them in key order so that racing producers store one job per
+//! key, and tells from each holder's row whether its hold still stands; nothing else reads
+//! the table, so claims and settlements cost what they did, and a batch without keys is
+//! the plain `INSERT`. Heartbeats delete lapsed holds, a bounded walk a minute.
+//!
 //! Times are milliseconds since the epoch, read from the database clock by default, so
 //! that every process agrees on lease expiry whatever its own clock says
 //! ([`MySqlOptions::clock`]). The schema is versioned: [`migrate()`] (the `hopper migrate`
@@ -36,7 +42,8 @@
 //! - [`migrate`](mod@migrate): versioned migrations ([`migrate()`], `migrations/*.sql`)
 //!   and the version check at connect.
 //! - `queries`: each operation as it runs on one connection, one module per concern
-//!   (enqueue, fetch, settle, renew, inspection, operator calls, the worker registry).
+//!   (enqueue, unique keys, fetch, settle, renew, inspection, operator calls, the worker
+//!   registry).
 //! - `conn`: the broker's dedicated connections, reconnection and transactions.
 //! - `poll`: the wake poller.
 //! - `sql`: every statement, one per file under `sql/`.

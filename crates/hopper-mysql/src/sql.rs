@@ -10,16 +10,17 @@
 //!   ([`ERROR_HISTORY`](hopper_core::admin::ERROR_HISTORY)).
 //! - `{bucket}` and `{kept}`: the span of a throughput bucket and how far back buckets
 //!   are kept, in milliseconds ([`BUCKET`] and [`KEPT`]).
-//! - `{ids}`: a list of `?`; `{pairs}`: a list of `(?, ?)`; `{rows}` and `{each}`: a
-//!   fragment file repeated (`enqueue_row.sql`, `settle_row.sql`, `throughput_row.sql`,
-//!   `next_due.sql`, `probe_queue.sql`).
+//! - `{ids}`: a list of `?`; `{pairs}`: a list of `(?, ?)`; `{triples}`: of `(?, ?, ?)`;
+//!   `{rows}` and `{each}`: a fragment file repeated (`enqueue_row.sql`, `settle_row.sql`,
+//!   `throughput_row.sql`, `unique_row.sql`, `next_due.sql`, `probe_queue.sql`).
 //! - In listings, `{after}` and `{order}`: the comparison that keeps what comes after the
 //!   cursor, and the sort direction, oldest or newest first ([`keyset`]); `{due}`: due or
 //!   scheduled. Cursors are compared column by column (`a > ? OR (a = ? AND id > ?)`), which
 //!   bounds an index range; MariaDB does not bound one by a row comparison.
 //!
 //! Lists are padded to a power of two with inert values (0 is never a job id nor a lease
-//! id; a padding throughput row repeats the last queue and adds nothing), so a connection
+//! id; a padding throughput row repeats the last queue and adds nothing; a padding key
+//! repeats the last key, which its own row already holds), so a connection
 //! prepares a handful of texts per statement and keeps them cached, rather than one per
 //! batch size; the server's `max_prepared_stmt_count` stays far away.
 
@@ -103,6 +104,22 @@ statements! {
     ENQUEUE = "enqueue.sql";
     /// One job's values.
     ENQUEUE_ROW = "enqueue_row.sql";
+    /// The database clock, once for a whole enqueue of jobs with unique keys.
+    CLOCK = "clock.sql";
+    /// Takes free unique keys and locks held ones: `{rows}` of `UNIQUE_ROW`.
+    UNIQUE_TAKE = "unique_take.sql";
+    /// One key's values.
+    UNIQUE_ROW = "unique_row.sql";
+    /// The named keys' holds, with their holders' state.
+    UNIQUE_HOLDERS = "unique_holders.sql";
+    /// Hands lapsed keys to new jobs: `{rows}` of `UNIQUE_ROW`.
+    UNIQUE_MOVE = "unique_move.sql";
+    /// Deletes new jobs whose key another job holds.
+    UNIQUE_UNSTORE = "unique_unstore.sql";
+    /// A window of holds after a cursor, with their holders' state, for pruning.
+    UNIQUE_WINDOW = "unique_window.sql";
+    /// Deletes lapsed holds still held by the jobs named.
+    UNIQUE_EXPIRE = "unique_expire.sql";
     /// Returns jobs of expired leases to pending, or dead on their last attempt.
     REAP = "reap.sql";
     /// One budget's candidates, locked; several are joined by UNION ALL.
@@ -204,6 +221,14 @@ pub(crate) fn padded(n: usize) -> usize {
     n.max(1).next_power_of_two()
 }
 
+/// How many tuples a list of `n` is padded to, for `{pairs}` and `{triples}` of
+/// `hopper_unique`: as [`padded`], but two at least. MariaDB reads a list of one tuple as a
+/// row equality, which in a `DELETE` bounds no range of the primary key: the statement
+/// would read the whole table.
+pub(crate) fn padded_tuples(n: usize) -> usize {
+    padded(n).max(2)
+}
+
 /// `template` with `marker` replaced by `n` copies of `item` joined by `separator`.
 fn repeat(template: &str, marker: &str, item: &str, n: usize, separator: &str) -> String {
     let mut list = String::with_capacity(n * (item.len() + separator.len()));
@@ -226,9 +251,19 @@ pub(crate) fn with_pairs(template: &str, n: usize) -> String {
     repeat(template, "{pairs}", "(?, ?)", n, ", ")
 }
 
+/// `template` with `{triples}` replaced by `n` `(?, ?, ?)`.
+pub(crate) fn with_triples(template: &str, n: usize) -> String {
+    repeat(template, "{triples}", "(?, ?, ?)", n, ", ")
+}
+
 /// The insert of `n` jobs.
 pub(crate) fn enqueue(n: usize) -> String {
     repeat(&ENQUEUE, "{rows}", &ENQUEUE_ROW, n, ", ")
+}
+
+/// `template` (`UNIQUE_TAKE` or `UNIQUE_MOVE`) for `n` keys.
+pub(crate) fn unique_rows(template: &str, n: usize) -> String {
+    repeat(template, "{rows}", &UNIQUE_ROW, n, ", ")
 }
 
 /// The addition of `n` queues' counts to their buckets.
@@ -290,8 +325,9 @@ pub(crate) fn probe(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::{
-        COUNTS, COUNTS_BOUNDED, LIST_FINISHED, LIST_LEASED, all, claim_one, enqueue, keyset,
-        list_level, padded, probe, settle_update, throughput_add, with_ids, with_pairs,
+        COUNTS, COUNTS_BOUNDED, LIST_FINISHED, LIST_LEASED, UNIQUE_MOVE, UNIQUE_TAKE, all,
+        claim_one, enqueue, keyset, list_level, padded, probe, settle_update, throughput_add,
+        unique_rows, with_ids, with_pairs, with_triples,
     };
 
     #[test]
@@ -319,6 +355,16 @@ mod tests {
         let sql = with_pairs("(a, b) IN ({pairs})", 2);
         assert_eq!(sql.as_str(), "(a, b) IN ((?, ?), (?, ?))");
         assert_eq!(enqueue(3).as_str().matches('?').count(), 24);
+        let sql = with_triples("x IN ({triples})", 2);
+        assert_eq!(sql.as_str(), "x IN ((?, ?, ?), (?, ?, ?))");
+        for template in [&UNIQUE_TAKE, &UNIQUE_MOVE] {
+            let keys = unique_rows(template, 2);
+            assert!(
+                keys.contains("VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)\n"),
+                "{keys}"
+            );
+            assert_eq!(keys.matches('?').count(), 10, "{keys}");
+        }
         assert_eq!(settle_update(2).as_str().matches("UNION ALL").count(), 1);
         let add = throughput_add(2);
         assert_eq!(add.matches('?').count(), 10);

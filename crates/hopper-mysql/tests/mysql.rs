@@ -2,7 +2,8 @@
 //! `HOPPER_TEST_MYSQL_URL`). Every test works in a database of its own, dropped afterwards:
 //! the shared behaviour suite, migrations and refusals, the database clock, what an idle
 //! broker asks, the wake poller, query plans (the operator calls' too), error histories,
-//! worker reports on the database clock, and workers on the real server (a crash
+//! worker reports on the database clock, unique keys and the pruning of their holds, and
+//! workers on the real server (a crash
 //! mid-batch, two runtimes sharing a queue, a queue paused by another process).
 
 mod mysql {
@@ -22,6 +23,7 @@ mod mysql {
     mod stats_scale;
     mod suite;
     pub mod support;
+    mod unique;
     mod unreadable;
     mod wakeups;
     mod worker_suite;

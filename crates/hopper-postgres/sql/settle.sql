@@ -1,3 +1,6 @@
+-- Kinds: 0 ack, 1 retry, 2 dead letter, 3 release, 4 cancel, 5 snooze. A snooze is a
+-- retry after $4's delay that charges no attempt (as a release) and records no error.
+--
 -- `t.state + 0 = 1` rather than `t.state = 1`: it keeps the planner on the primary key. The
 -- plain form lets it use the partial index of leased jobs, which statistics taken while
 -- few jobs were leased make look empty, and walk every leased job for each settlement.
@@ -21,9 +24,9 @@ acked AS (
 ),
 changed AS (
     UPDATE {schema}.hopper_jobs AS t
-    SET state = CASE s.kind WHEN 0 THEN 2 WHEN 1 THEN 0 WHEN 2 THEN 3 WHEN 3 THEN 0 ELSE 4 END,
-        run_at = CASE s.kind WHEN 1 THEN now.ms + s.delay_ms ELSE t.run_at END,
-        attempt = CASE s.kind WHEN 3 THEN greatest(t.attempt - 1, 0) ELSE t.attempt END,
+    SET state = CASE s.kind WHEN 0 THEN 2 WHEN 2 THEN 3 WHEN 4 THEN 4 ELSE 0 END,
+        run_at = CASE WHEN s.kind IN (1, 5) THEN now.ms + s.delay_ms ELSE t.run_at END,
+        attempt = CASE WHEN s.kind IN (3, 5) THEN greatest(t.attempt - 1, 0) ELSE t.attempt END,
         last_error = CASE WHEN s.kind IN (1, 2) THEN s.error ELSE t.last_error END,
         -- A history that is not an array (another program wrote it) starts over.
         errors = CASE WHEN s.kind IN (1, 2) THEN jsonb_path_query_array(

@@ -5,7 +5,9 @@
 //! statement with `FOR UPDATE SKIP LOCKED` over a partial index of available jobs, with every
 //! queue's budget in the same round trip; settlements of any mix are one statement; leases
 //! of every held job renew in one statement. Enqueue is one statement for any number of
-//! jobs, and can run inside the caller's own transaction ([`PgBroker::enqueue_in`]). Idle
+//! jobs, and can run inside the caller's own transaction ([`PgBroker::enqueue_in`]). Unique
+//! keys live in a table of their own: a batch with keys is still one statement, which
+//! takes each key under its row lock; claims and settlements never touch that table. Idle
 //! workers wake on LISTEN/NOTIFY.
 //!
 //! # Layout

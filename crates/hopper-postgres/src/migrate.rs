@@ -17,6 +17,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0004_range_checks.sql"),
     include_str!("../migrations/0005_operator_calls.sql"),
     include_str!("../migrations/0006_workers.sql"),
+    include_str!("../migrations/0007_unique_keys.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.

@@ -20,6 +20,7 @@ macro_rules! statements {
 
 statements!(
     enqueue,
+    enqueue_unique,
     claim,
     settle,
     renew,
@@ -30,6 +31,7 @@ statements!(
     dead_letters,
     purge,
     prune_completed,
+    prune_unique,
     vacuum,
     vacuum_allowed,
     list_waiting,

@@ -15,6 +15,7 @@ mod postgres {
     mod suite;
     pub mod support;
     mod transactions;
+    mod unique;
     mod unreadable;
     mod wakeups;
     mod worker_suite;

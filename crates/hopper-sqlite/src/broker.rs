@@ -11,17 +11,18 @@ use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection};
 use hopper_core::clock::Pace;
 use hopper_core::job::validate_queue_name;
 use hopper_core::{
-    AdminCalls, Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest,
-    Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
-    WorkerBeat, WorkerInfo,
+    AdminCalls, Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, Enqueued,
+    FetchRequest, Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport,
+    Settlement, WorkerBeat, WorkerInfo,
 };
 use tokio::sync::watch;
 
 use crate::admin::{self, Redrive};
 use crate::options::SqliteOptions;
+use crate::unique::SweepCursor;
 use crate::watch::{FileWatch, watch_file};
 use crate::writer::Writer;
-use crate::{queries, registry};
+use crate::{queries, registry, unique};
 
 /// The embedded broker: every job in one SQLite file, no server.
 ///
@@ -65,6 +66,10 @@ struct Inner {
     wake: Arc<watch::Sender<u64>>,
     /// Taking expired leases back, at most once a [`REAP_EVERY_MS`].
     reap_pace: Pace,
+    /// Where the next worker report's step of the sweep of stale unique keys starts
+    /// ([`unique::sweep`]). Each process walks the keys on its own; two reports racing
+    /// for it only examine some keys twice.
+    unique_sweep: Mutex<SweepCursor>,
 }
 
 /// How often, at most, a fetch takes expired leases back. Their two statements ran on
@@ -146,6 +151,7 @@ impl SqliteBroker {
                 path,
                 wake,
                 reap_pace: Pace::new(REAP_EVERY_MS),
+                unique_sweep: Mutex::new(None),
             }),
         })
     }
@@ -171,27 +177,43 @@ fn millis(d: Duration) -> Millis {
 #[async_trait]
 impl Broker for SqliteBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leased_sql("sqlite").with_admin(AdminCalls::RECORDS)
+        Capabilities::leased_sql("sqlite")
+            .with_admin(AdminCalls::RECORDS)
+            .with_unique()
     }
 
     fn limits(&self) -> hopper_core::Limits {
         self.inner.limits
     }
 
-    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+    /// A batch without unique keys is inserted as it always was; one with keys looks up
+    /// each key's holder too ([`unique::enqueue`]), in the same write transaction.
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
         let now = self.now();
-        let ids = self
-            .inner
-            .writer
-            .call("enqueueing jobs", true, move |conn| {
-                queries::enqueue(conn, &jobs, now)
-            })
-            .await?;
-        self.wake();
-        Ok(ids)
+        let done = if jobs.iter().all(|job| job.unique.is_none()) {
+            let ids = self
+                .inner
+                .writer
+                .call("enqueueing jobs", true, move |conn| {
+                    queries::enqueue(conn, &jobs, now)
+                })
+                .await?;
+            ids.into_iter().map(Enqueued::stored).collect()
+        } else {
+            self.inner
+                .writer
+                .call("enqueueing jobs with unique keys", true, move |conn| {
+                    unique::enqueue(conn, &jobs, now)
+                })
+                .await?
+        };
+        if done.iter().any(|e| !e.existing) {
+            self.wake();
+        }
+        Ok(done)
     }
 
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
@@ -351,7 +373,8 @@ impl Broker for SqliteBroker {
     }
 
     /// The report's times are this broker's: brokers sharing a file must agree on the
-    /// clock, as they must for leases.
+    /// clock, as they must for leases. Each report also takes one step of the sweep of
+    /// stale unique keys, as it prunes the registry.
     async fn heartbeat(&self, beat: &WorkerBeat) -> Result<()> {
         beat.validate()?;
         for (queue, _) in &beat.settled {
@@ -359,12 +382,17 @@ impl Broker for SqliteBroker {
         }
         let now = self.now();
         let beat = beat.clone();
-        self.inner
+        let after = self.sweep_cursor().clone();
+        let next = self
+            .inner
             .writer
             .call("recording a worker's report", true, move |conn| {
-                registry::heartbeat(conn, &beat, now)
+                registry::heartbeat(conn, &beat, now)?;
+                unique::sweep(conn, after, now)
             })
-            .await
+            .await?;
+        *self.sweep_cursor() = next;
+        Ok(())
     }
 
     async fn deregister(&self, worker: &str) -> Result<bool> {
@@ -405,6 +433,13 @@ impl Broker for SqliteBroker {
 }
 
 impl SqliteBroker {
+    fn sweep_cursor(&self) -> std::sync::MutexGuard<'_, SweepCursor> {
+        self.inner
+            .unique_sweep
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// A queue's statistics, every count exact or, with a bound, each cut at `bound + 1`.
     async fn stats(&self, queue: &str, bound: Option<u64>) -> Result<QueueStatus> {
         let now = self.now();

@@ -14,7 +14,7 @@
 //! - `writer`: the database thread and group commit.
 //! - `queries`: each operation as it runs on that thread; `admin`, the operator calls
 //!   (listings, re-drives, pauses, statistics); `registry`, live workers and throughput
-//!   buckets.
+//!   buckets; `unique`, enqueues with unique keys and the sweep of stale ones.
 //! - `schema`: connection settings and versioned migrations (`migrations/*.sql`, recorded in
 //!   `PRAGMA user_version`).
 //! - `sql`: every statement, one per file under `sql/`.
@@ -27,6 +27,7 @@ mod queries;
 mod registry;
 mod schema;
 mod sql;
+mod unique;
 mod watch;
 mod writer;
 

@@ -28,7 +28,8 @@ pub(crate) const CANCELLED: i64 = 4;
 /// The entries a job's error history keeps, as the statements that append to it bind it.
 const HISTORY: i64 = ERROR_HISTORY as i64;
 
-/// Inserts the jobs in order and returns their ids.
+/// Inserts the jobs in order and returns their ids. Jobs with a unique key go through
+/// [`crate::unique::enqueue`] instead.
 pub(crate) fn enqueue(
     conn: &Connection,
     jobs: &[NewJob],
@@ -36,19 +37,26 @@ pub(crate) fn enqueue(
 ) -> rusqlite::Result<Vec<JobId>> {
     let mut insert = conn.prepare_cached(sql::INSERT_JOB)?;
     jobs.iter()
-        .map(|job| {
-            let id = insert.insert(params![
-                job.queue,
-                job.priority,
-                job.run_at_millis(now),
-                job.max_attempts,
-                job.payload,
-                job.headers_json(),
-                now,
-            ])?;
-            Ok(JobId(id))
-        })
+        .map(|job| insert_job(&mut insert, job, now))
         .collect()
+}
+
+/// Inserts one pending job with `INSERT_JOB`, created at `now`; returns its id.
+pub(crate) fn insert_job(
+    insert: &mut rusqlite::CachedStatement<'_>,
+    job: &NewJob,
+    now: Millis,
+) -> rusqlite::Result<JobId> {
+    let id = insert.insert(params![
+        job.queue,
+        job.priority,
+        job.run_at_millis(now),
+        job.max_attempts,
+        job.payload,
+        job.headers_json(),
+        now,
+    ])?;
+    Ok(JobId(id))
 }
 
 /// What one fetch claimed, in global order, and when the next delayed job falls due if
@@ -219,6 +227,14 @@ pub(crate) fn settle(
             Outcome::Release => conn
                 .prepare_cached(sql::SETTLE_RELEASE)?
                 .execute(params![id, lease])?,
+            Outcome::Snooze { delay } => {
+                let delay = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+                conn.prepare_cached(sql::SETTLE_SNOOZE)?.execute(params![
+                    id,
+                    lease,
+                    now.saturating_add(delay)
+                ])?
+            }
             Outcome::Cancel => conn
                 .prepare_cached(sql::SETTLE_CANCEL)?
                 .execute(params![id, lease, now])?,
@@ -228,7 +244,10 @@ pub(crate) fn settle(
             continue;
         }
         report.applied += 1;
-        requeued |= matches!(s.outcome, Outcome::Retry { .. } | Outcome::Release);
+        requeued |= matches!(
+            s.outcome,
+            Outcome::Retry { .. } | Outcome::Release | Outcome::Snooze { .. }
+        );
     }
     Ok((report, requeued))
 }

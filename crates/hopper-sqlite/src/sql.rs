@@ -66,6 +66,8 @@ statements! {
     SETTLE_RELEASE = "settle_release.sql";
     /// Cancels a job held under the named lease.
     SETTLE_CANCEL = "settle_cancel.sql";
+    /// Puts off a job held under the named lease, its attempt not charged, no error kept.
+    SETTLE_SNOOZE = "settle_snooze.sql";
     /// Extends the leases, of a JSON list, that have not expired yet.
     RENEW_LEASE = "renew_lease.sql";
     /// Cancels a job if it is still pending.
@@ -129,6 +131,14 @@ statements! {
     LIVE_WORKERS = "live_workers.sql";
     /// A queue's throughput buckets after a time, oldest first.
     THROUGHPUT = "throughput.sql";
+    /// The job holding a key of a queue, if its hold still stands.
+    UNIQUE_HOLDER = "unique_holder.sql";
+    /// Makes a job the holder of a key, taking over a stale hold.
+    TAKE_UNIQUE_KEY = "take_unique_key.sql";
+    /// The next keys after a cursor, in key order, each with whether its hold stands.
+    UNIQUE_CHUNK = "unique_chunk.sql";
+    /// Deletes a key while the job the sweep found stale still holds it.
+    DROP_UNIQUE_KEY = "drop_unique_key.sql";
 }
 
 /// The schema migrations, in order; the position plus one is the version recorded in
@@ -139,6 +149,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0003_range_checks.sql"),
     include_str!("../migrations/0004_operator_calls.sql"),
     include_str!("../migrations/0005_worker_registry.sql"),
+    include_str!("../migrations/0006_unique_keys.sql"),
 ];
 
 #[cfg(test)]
@@ -257,6 +268,39 @@ mod tests {
                 exact.iter().any(|s| s.contains(index)),
                 "COUNTS: no `{index}` in {exact:?}"
             );
+        }
+    }
+
+    /// A job with a key looks its holder up by the key and the holder's id, and each step
+    /// of the sweep of stale keys reads a range of the keys: neither walks the held keys,
+    /// however many there are.
+    #[test]
+    fn unique_keys_are_read_by_key_and_holder_by_id() {
+        let by_id = "SEARCH j USING INTEGER PRIMARY KEY (rowid=?) LEFT-JOIN";
+        let expected: &[(&str, &[&str])] = &[
+            (
+                "UNIQUE_HOLDER",
+                &["SEARCH u USING PRIMARY KEY (queue=? AND key=?)", by_id],
+            ),
+            (
+                "UNIQUE_CHUNK",
+                &["SEARCH u USING PRIMARY KEY ((queue,key)>(?,?))", by_id],
+            ),
+            (
+                "DROP_UNIQUE_KEY",
+                &["SEARCH hopper_unique USING PRIMARY KEY (queue=? AND key=?)"],
+            ),
+        ];
+        let plans = plans();
+        for (name, parts) in expected {
+            let (_, steps) = plans.iter().find(|(n, _)| n == name).unwrap();
+            assert_eq!(steps.len(), parts.len(), "{name}: {steps:?}");
+            for part in *parts {
+                assert!(
+                    steps.iter().any(|s| s == part),
+                    "{name}: no step `{part}` in {steps:?}"
+                );
+            }
         }
     }
 

@@ -1,7 +1,8 @@
 //! hopper-sqlite's tests: the shared broker suite with each case on a file of its own, then
 //! what only a file can show: jobs surviving a reopen, two brokers sharing one file, group
-//! commit isolating a failing command, refusals at open, migrations of older files, and a
-//! pause made through one broker stopping the workers of another.
+//! commit isolating a failing command, refusals at open, migrations of older files, a
+//! pause made through one broker stopping the workers of another, and unique keys: a table
+//! jobs without one never reach, swept by worker reports.
 
 mod sqlite {
     mod admin_migration;
@@ -17,6 +18,8 @@ mod sqlite {
     mod sharing;
     mod suite;
     pub mod support;
+    mod unique;
+    mod unique_migration;
     mod unreadable;
     mod worker_suite;
     mod workers;

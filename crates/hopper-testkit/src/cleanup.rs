@@ -78,7 +78,7 @@ impl Broker for WithCleanup {
     fn limits(&self) -> hopper_core::Limits {
         self.inner().limits()
     }
-    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<hopper_core::Enqueued>> {
         self.called().enqueue_checked(jobs).await
     }
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {

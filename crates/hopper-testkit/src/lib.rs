@@ -90,6 +90,8 @@ macro_rules! broker_suite {
             queue_stats_and_names,
             workers_and_throughput,
             bounded_counts,
+            unique_keys,
+            snooze_is_attempt_neutral,
         );
 
         #[$crate::__private::tokio::test(
@@ -99,6 +101,15 @@ macro_rules! broker_suite {
         )]
         async fn concurrent_claimers() {
             $crate::cases::concurrent_claimers(($factory)().await).await;
+        }
+
+        #[$crate::__private::tokio::test(
+            crate = "hopper_testkit::__private::tokio",
+            flavor = "multi_thread",
+            worker_threads = 4
+        )]
+        async fn unique_keys_racing_producers() {
+            $crate::cases::unique_keys_racing_producers(($factory)().await).await;
         }
     };
     (@paused $factory:expr; $($case:ident,)*) => {
@@ -143,6 +154,8 @@ macro_rules! worker_suite {
             pause_and_resume,
             cancel_before_start,
             worker_listed_while_running,
+            snoozed_job_is_not_charged,
+            periodic_slots_enqueued_once,
         );
     };
 }

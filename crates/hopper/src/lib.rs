@@ -49,10 +49,11 @@ pub use hopper_core::admin;
 pub use hopper_core::registry;
 pub use hopper_core::{
     AdminCalls, AttemptError, Broker, CancelOutcome, Capabilities, Chain, ConfigError, Cursor,
-    Error, Job, JobContext, JobError, JobId, JobPage, JobQuery, JobRecord, JobResult, JobState,
-    Limits, ListState, MemoryBroker, NewJob, Prefetch, QueueCounts, QueueOptions, QueueStats,
-    QueueStatus, Result, RetryPolicy, RunAt, Selection, Throughput, Worker, WorkerBuilder,
-    WorkerCounts, WorkerInfo, WorkerStats, redact_url, sample_queue_metrics, set_queue_gauges,
+    Enqueued, Error, Job, JobContext, JobError, JobId, JobPage, JobQuery, JobRecord, JobResult,
+    JobState, Limits, ListState, MemoryBroker, Missed, NewJob, Prefetch, QueueCounts, QueueOptions,
+    QueueStats, QueueStatus, Result, RetryPolicy, RunAt, Schedule, Selection, Throughput,
+    UniqueKey, UniqueScope, Worker, WorkerBuilder, WorkerCounts, WorkerInfo, WorkerStats,
+    redact_url, sample_queue_metrics, set_queue_gauges,
 };
 #[cfg(feature = "mysql")]
 pub use hopper_mysql::{MySqlBroker, MySqlOptions};
@@ -70,8 +71,8 @@ pub mod broker {
     pub use hopper_core::clock::{Clock, Pace};
     pub use hopper_core::job::{
         DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, MAX_ATTEMPTS, MAX_DELAY, MAX_HEADER_NAME,
-        MAX_HEADERS_BYTES, MAX_PAYLOAD_LIMIT, MAX_RUN_AT, MIN_RUN_AT, Millis, from_millis,
-        headers_from_json, to_millis, validate_queue_name,
+        MAX_HEADERS_BYTES, MAX_PAYLOAD_LIMIT, MAX_RUN_AT, MAX_UNIQUE_KEY, MIN_RUN_AT, Millis,
+        earlier_with_key, from_millis, headers_from_json, to_millis, validate_queue_name,
     };
     pub use hopper_core::{AutoSizer, JobCopy, LeaseId};
 }

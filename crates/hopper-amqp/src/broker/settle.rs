@@ -1,7 +1,12 @@
 //! Settlement: the settlements of a batch are grouped by the channel their deliveries came
 //! on (the generation in each job id). On each channel releases and rejects go at once,
-//! retries and dead letters as confirmed copies first, then every acknowledgement grouped
-//! (see `crate::acks`); one for a channel that is gone is fenced.
+//! retries, snoozes and dead letters as confirmed copies first, then every acknowledgement
+//! grouped (see `crate::acks`); one for a channel that is gone is fenced.
+//!
+//! A snooze is a retry that charges nothing: its copy goes to the same retry queue a retry
+//! of that delay would (the delay rounded up to its bucket, see `crate::topology`), with
+//! [`ATTEMPT`](crate::wire::ATTEMPT) one lower than the delivery's attempt, so the next
+//! delivery comes back on the attempt this one had, and with no error of its own.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +20,20 @@ use crate::subscription::{Subscription, queue_frame, send_acks};
 use crate::topology::{dead_queue, retry_bucket};
 use crate::wire;
 use crate::wire::now_ms;
+
+/// A delivery going back to its queue later, as a copy: a retry or a snooze.
+struct Later {
+    id: JobId,
+    tag: u64,
+    delay: std::time::Duration,
+    /// Attempts the copy says were charged: the delivery's own for a retry, one fewer for
+    /// a snooze.
+    charged: u32,
+    /// The copy's last error: this attempt's for a retry, the one carried for a snooze.
+    error: Option<String>,
+    job: hopper_core::Job,
+    message_id: Option<String>,
+}
 
 impl AmqpBroker {
     /// [`Broker::settle`](hopper_core::Broker::settle): each channel's settlements on it,
@@ -46,8 +65,9 @@ impl AmqpBroker {
         }
     }
 
-    /// Settles one subscription's deliveries: releases and rejects at once, retries and
-    /// dead letters by a confirmed copy first, then every acknowledgement grouped.
+    /// Settles one subscription's deliveries: releases and rejects at once, retries,
+    /// snoozes and dead letters by a confirmed copy first, then every acknowledgement
+    /// grouped.
     async fn settle_on(
         &self,
         sub: &Arc<Subscription>,
@@ -80,14 +100,32 @@ impl AmqpBroker {
                     Outcome::Ack | Outcome::Cancel => acks.push((s.job, tag)),
                     Outcome::Release => releases.push((s.job, tag)),
                     Outcome::Retry { delay, error } => {
-                        retry_targets.push((
-                            s.job,
+                        let job = held.copy.to_job(&sub.queue);
+                        retry_targets.push(Later {
+                            id: s.job,
                             tag,
                             delay,
-                            error,
-                            held.copy.to_job(&sub.queue),
-                            held.message_id.clone(),
-                        ));
+                            charged: job.attempt,
+                            error: Some(error),
+                            job,
+                            message_id: held.message_id.clone(),
+                        });
+                    }
+                    Outcome::Snooze { delay } => {
+                        // A retry that gives the attempt back and records nothing: the
+                        // copy says one attempt fewer was charged, so the next delivery
+                        // carries the attempt this one did, and keeps the error an earlier
+                        // attempt left, if any.
+                        let job = held.copy.to_job(&sub.queue);
+                        retry_targets.push(Later {
+                            id: s.job,
+                            tag,
+                            delay,
+                            charged: job.attempt.saturating_sub(1),
+                            error: held.error.as_deref().map(str::to_owned),
+                            job,
+                            message_id: held.message_id.clone(),
+                        });
                     }
                     Outcome::DeadLetter { error } => {
                         match self.inner.topology.dead_letter_target(&sub.queue) {
@@ -97,7 +135,8 @@ impl AmqpBroker {
                                     &job,
                                     held.message_id.as_deref(),
                                     None,
-                                    &error,
+                                    job.attempt,
+                                    Some(&error),
                                 );
                                 let mut headers = props.headers().clone().unwrap_or_default();
                                 headers.insert(
@@ -125,8 +164,18 @@ impl AmqpBroker {
                 }
             }
         }
-        // Retry copies wait in a retry queue (declared on first use), or go straight back.
-        for (job_id, tag, delay, error, job, message_id) in retry_targets {
+        // Retry and snooze copies wait in a retry queue (declared on first use), their
+        // delay rounded up to its bucket as an enqueue's is, or go straight back.
+        for later in retry_targets {
+            let Later {
+                id: job_id,
+                tag,
+                delay,
+                charged,
+                error,
+                job,
+                message_id,
+            } = later;
             let due = now_ms() + delay.as_millis() as i64;
             let (routing_key, run_at) = match retry_bucket(delay) {
                 Some(ms) => (
@@ -138,7 +187,13 @@ impl AmqpBroker {
                 ),
                 None => (sub.queue.clone(), None),
             };
-            let props = wire::copy_properties(&job, message_id.as_deref(), run_at, &error);
+            let props = wire::copy_properties(
+                &job,
+                message_id.as_deref(),
+                run_at,
+                charged,
+                error.as_deref(),
+            );
             copies.push((
                 job_id,
                 tag,

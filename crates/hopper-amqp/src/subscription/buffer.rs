@@ -41,10 +41,12 @@ impl Subscription {
                     .message_id()
                     .as_ref()
                     .map(|m| m.as_str().to_owned());
+                let error = wire::carried_error(&delivery.properties);
                 let job = wire::decode(delivery, &self.queue, generation, self.kind, at);
                 let held = Held {
                     copy: JobCopy::new(&job),
                     message_id,
+                    error,
                 };
                 (tag, job, held)
             })

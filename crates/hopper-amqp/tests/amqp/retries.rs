@@ -14,7 +14,7 @@ use lapin::types::AMQPValue;
 use super::support::{setup, url, wait_for};
 
 /// Reads one message from `queue` with a plain lapin client: body and headers.
-async fn get_one(queue: &str) -> Option<(Vec<u8>, lapin::types::FieldTable)> {
+pub(super) async fn get_one(queue: &str) -> Option<(Vec<u8>, lapin::types::FieldTable)> {
     let conn = lapin::Connection::connect(&url(), lapin::ConnectionProperties::default())
         .await
         .unwrap();
@@ -30,14 +30,14 @@ async fn get_one(queue: &str) -> Option<(Vec<u8>, lapin::types::FieldTable)> {
     })
 }
 
-fn text(v: Option<&AMQPValue>) -> String {
+pub(super) fn text(v: Option<&AMQPValue>) -> String {
     match v {
         Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
         other => format!("{other:?}"),
     }
 }
 
-fn int(v: Option<&AMQPValue>) -> i64 {
+pub(super) fn int(v: Option<&AMQPValue>) -> i64 {
     match v {
         Some(AMQPValue::LongLongInt(n)) => *n,
         other => panic!("not an integer: {other:?}"),

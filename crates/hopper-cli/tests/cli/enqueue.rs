@@ -90,6 +90,21 @@ fn bad_input_is_refused_by_name_and_stores_nothing() {
             "",
             "invalid max_attempts `0`",
         ),
+        (
+            vec!["q", "1", "--unique-key", ""],
+            "",
+            "invalid unique_key ``",
+        ),
+        (
+            vec!["q", "1", "--unique-key", "k", "--unique-for", "0s"],
+            "",
+            "invalid unique period `0ns`",
+        ),
+        (
+            vec!["q", "1", "--unique-key", "k", "--unique-for", "always"],
+            "",
+            "invalid --unique-for `always`",
+        ),
     ] {
         let (code, out, err) = enqueue(&url, &args, stdin);
         assert_eq!(code, Some(2), "{args:?}: {err}");
@@ -106,6 +121,43 @@ fn bad_input_is_refused_by_name_and_stores_nothing() {
     });
     assert_eq!(counts, hopper::QueueCounts::default());
     assert_eq!(hopper(&["enqueue", "--help"]).status.code(), Some(0));
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// `--unique-key`: a second job with the key prints the first's id and says so on stderr;
+/// bulk lines with one key store one job; another key is another job.
+#[test]
+fn unique_keys_print_the_holder() {
+    let (url, dir) = sqlite_url("enqueue_unique");
+    let (code, first, err) = enqueue(&url, &["q", "1", "--unique-key", "order-7"], "");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+    let (code, again, err) = enqueue(&url, &["q", "2", "--unique-key", "order-7"], "");
+    assert_eq!((code, &again), (Some(0), &first), "{err}");
+    let id = first.trim();
+    assert_eq!(
+        err.trim(),
+        format!("job {id} already holds unique key `order-7`: nothing enqueued")
+    );
+    let (_, bulk, _) = enqueue(&url, &["q", "--unique-key", "order-8"], "1\n2\n3\n");
+    let ids: Vec<&str> = bulk.lines().collect();
+    assert_eq!(ids.len(), 3, "{bulk}");
+    assert!(ids[0] != id && ids.iter().all(|i| *i == ids[0]), "{bulk}");
+    let (_, queued, _) = enqueue(
+        &url,
+        &["q", "4", "--unique-key", "order-7", "--unique-for", "1h"],
+        "",
+    );
+    assert_eq!(
+        queued, first,
+        "the key is held whatever the new job's scope"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let counts = rt.block_on(async {
+        let broker = hopper::connect(&url).await.unwrap();
+        broker.counts("q").await.unwrap()
+    });
+    assert_eq!(counts.pending, 2, "order-7 and order-8");
     std::fs::remove_dir_all(dir).ok();
 }
 

@@ -10,6 +10,7 @@
 //! | `run_at` | [`MIN_RUN_AT`] to [`MAX_RUN_AT`] |
 //! | header names | 1 to [`MAX_HEADER_NAME`] bytes, no NUL |
 //! | header values | no NUL; names and values together at most [`MAX_HEADERS_BYTES`] |
+//! | unique key | 1 to [`MAX_UNIQUE_KEY`](super::MAX_UNIQUE_KEY) bytes, no NUL; a period of more than 0 and at most [`MAX_DELAY`] |
 //! | payload | at most [`Limits::max_payload`], [`DEFAULT_MAX_PAYLOAD`] unless the broker is told otherwise |
 
 use std::time::Duration;
@@ -136,6 +137,9 @@ impl NewJob {
                 return Err(ConfigError::new("run_at", format!("{t:?}"), allowed).into());
             }
             _ => {}
+        }
+        if let Some(unique) = &self.unique {
+            unique.validate()?;
         }
         self.validate_headers()
     }

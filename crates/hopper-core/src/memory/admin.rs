@@ -153,6 +153,7 @@ impl MemoryBroker {
                     st.queue(&job.queue).push(job, now);
                 } else {
                     st.errors.remove(&id);
+                    st.unique_gone(id);
                 }
             }
             for name in touched {

@@ -12,6 +12,7 @@ mod queue;
 mod registry;
 mod state;
 pub mod topic;
+mod unique;
 
 use std::cmp::Reverse;
 use std::collections::HashMap;
@@ -29,7 +30,7 @@ use crate::broker::{
 };
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::job::{Job, JobCopy, JobId, LeaseId, Millis};
+use crate::job::{Enqueued, Job, JobCopy, JobId, LeaseId, Millis, earlier_with_key};
 use crate::registry::{Bucket, WorkerBeat, WorkerInfo};
 use state::{Held, Lease, State};
 pub use topic::{Subscription, Topic};
@@ -103,15 +104,30 @@ impl MemoryBroker {
 #[async_trait]
 impl Broker for MemoryBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::in_process("memory")
+        Capabilities::in_process("memory").with_unique()
     }
 
-    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
         let now = self.inner.clock.now_millis();
-        let mut ids = Vec::with_capacity(jobs.len());
+        let mut ids: Vec<Enqueued> = Vec::with_capacity(jobs.len());
+        let earlier = match jobs.iter().any(|j| j.unique.is_some()) {
+            true => earlier_with_key(&jobs),
+            false => Vec::new(),
+        };
         {
             let mut st = self.state();
-            for new in jobs {
+            for (i, mut new) in jobs.into_iter().enumerate() {
+                if let Some(&Some(first)) = earlier.get(i) {
+                    ids.push(Enqueued::existing(ids[first].id));
+                    continue;
+                }
+                let unique = new.unique.take();
+                if let Some(u) = &unique {
+                    if let Some(holder) = st.holder(&new.queue, &u.key, now) {
+                        ids.push(Enqueued::existing(holder));
+                        continue;
+                    }
+                }
                 let id = JobId(st.next_id);
                 st.next_id += 1;
                 let run_at = new.run_at_millis(now);
@@ -127,11 +143,14 @@ impl Broker for MemoryBroker {
                     created_at: now,
                     lease: LeaseId(0),
                 };
+                if let Some(u) = unique {
+                    st.hold(&job.queue, u, id, now);
+                }
                 match st.queues.get_mut(&job.queue) {
                     Some(q) => q.push(job, now),
                     None => st.queue(&job.queue).push(job, now),
                 }
-                ids.push(id);
+                ids.push(Enqueued::stored(id));
             }
         }
         self.wake();
@@ -160,6 +179,7 @@ impl Broker for MemoryBroker {
             while jobs.len() - before < budget.limit {
                 match q.pop(&mut emptied) {
                     Some(mut job) => {
+                        st.holds.taken(job.id);
                         job.attempt += 1;
                         job.lease = lease;
                         let held = Held {
@@ -226,6 +246,7 @@ impl Broker for MemoryBroker {
                     if !st.errors.is_empty() {
                         st.errors.remove(&s.job);
                     }
+                    st.unique_gone(s.job);
                     continue;
                 }
                 let mut job = st.job_of(held);
@@ -241,6 +262,12 @@ impl Broker for MemoryBroker {
                     Outcome::DeadLetter { error } => st.dead_letter(job, error, now),
                     Outcome::Release => {
                         job.attempt = job.attempt.saturating_sub(1);
+                        st.queue(&job.queue).push(job, now);
+                        requeued = true;
+                    }
+                    Outcome::Snooze { delay } => {
+                        job.attempt = job.attempt.saturating_sub(1);
+                        job.run_at = now + delay.as_millis() as i64;
                         st.queue(&job.queue).push(job, now);
                         requeued = true;
                     }
@@ -323,6 +350,7 @@ impl Broker for MemoryBroker {
         let mut st = self.state();
         let mut gone = 0u64;
         let index = st.name_index(queue);
+        st.unique_purged(queue);
         if let Some(q) = st.queues.remove(queue) {
             gone += (q.ready_len + q.delayed.len() + q.dead.len()) as u64;
             for id in q.dead {

@@ -24,6 +24,8 @@ pub(super) struct State {
     pub(super) errors: IdMap<JobId, Vec<AttemptError>>,
     /// Queues that hand out nothing until resumed.
     pub(super) paused: BTreeSet<String>,
+    /// Unique keys and their holders.
+    pub(super) holds: super::unique::Holds,
     pub(super) next_reap: Millis,
 }
 

@@ -15,6 +15,7 @@ use crate::error::{ConfigError, Result};
 use crate::job::validate_queue_name;
 use crate::prefetch::Prefetch;
 use crate::retry::RetryPolicy;
+use crate::schedule::Schedule;
 use serde::de::DeserializeOwned;
 
 /// Builds a worker. Nothing runs until [`start`](WorkerBuilder::start), which checks every setting
@@ -22,6 +23,7 @@ use serde::de::DeserializeOwned;
 pub struct WorkerBuilder {
     broker: Arc<dyn Broker>,
     queues: Vec<QueueSpec>,
+    schedules: Vec<Schedule>,
     config: WorkerConfig,
 }
 
@@ -51,6 +53,7 @@ impl WorkerBuilder {
         WorkerBuilder {
             broker,
             queues: Vec::new(),
+            schedules: Vec::new(),
             config: WorkerConfig::default(),
         }
     }
@@ -161,6 +164,24 @@ impl WorkerBuilder {
         self
     }
 
+    /// Enqueues the job of `schedule` at each of its slots while the worker runs. Every
+    /// worker with the same schedule may enqueue a slot; the broker keeps one job per slot,
+    /// so the broker must enforce unique keys ([`Capabilities::unique`]). A worker may
+    /// hold schedules and no queue: a process that only enqueues periodic jobs.
+    ///
+    /// [`Capabilities::unique`]: crate::Capabilities::unique
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedules.push(schedule);
+        self
+    }
+
+    /// The wall clock the worker's schedules read: the system's unless set (tests use
+    /// [`Clock::tokio`](crate::Clock::tokio) with the broker's).
+    pub fn clock(mut self, clock: crate::clock::Clock) -> Self {
+        self.config.clock = clock;
+        self
+    }
+
     /// Checks every setting without starting anything, so a program can refuse bad
     /// configuration before it enqueues or changes anything.
     pub fn check(&self) -> Result<()> {
@@ -170,16 +191,40 @@ impl WorkerBuilder {
     /// Checks every setting and starts the worker on the current tokio runtime.
     pub fn start(self) -> Result<Worker> {
         self.validate()?;
-        Ok(Worker::run(self.broker, self.queues, self.config))
+        Ok(Worker::run(
+            self.broker,
+            self.queues,
+            self.schedules,
+            self.config,
+        ))
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        if self.queues.is_empty() {
+        if self.queues.is_empty() && self.schedules.is_empty() {
             return Err(ConfigError::new(
                 "queues",
                 "none",
-                "at least one queue with a handler",
+                "at least one queue with a handler, or a schedule",
             ));
+        }
+        let mut names = std::collections::HashSet::new();
+        for s in &self.schedules {
+            if !names.insert(s.name()) {
+                return Err(ConfigError::new(
+                    "schedule",
+                    s.name(),
+                    "each schedule name at most once per worker",
+                ));
+            }
+            let caps = self.broker.capabilities();
+            if !caps.unique {
+                return Err(ConfigError::new(
+                    format!("schedule {}", s.name()),
+                    format!("on the {} broker", caps.name),
+                    "a broker that enforces unique keys (memory, SQLite, PostgreSQL, MySQL): \
+                     each slot's job is unique by its time, so workers agree on one",
+                ));
+            }
         }
         let in_process = self.broker.capabilities().in_process;
         let mut seen = std::collections::HashSet::new();

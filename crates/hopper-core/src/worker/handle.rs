@@ -3,15 +3,17 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::event_loop::{self, Command};
 use super::heartbeat::Heartbeat;
+use super::periodic::Periodic;
 use super::stats::WorkerStats;
 use super::{QueueSpec, WorkerConfig};
 use crate::broker::{Broker, CancelOutcome};
 use crate::error::{Error, Result};
 use crate::job::JobId;
+use crate::schedule::Schedule;
 
 /// What this worker holds of a queue, and what its broker holds pending.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,8 +32,9 @@ pub struct Worker {
     tx: mpsc::UnboundedSender<event_loop::Event>,
     stats: Arc<Mutex<WorkerStats>>,
     join: Option<tokio::task::JoinHandle<()>>,
-    /// The heartbeat task, on brokers that list workers; it ends after the event loop.
-    heartbeat: Option<tokio::task::JoinHandle<()>>,
+    /// The heartbeat task, on brokers that list workers, and the periodic jobs' task, with
+    /// schedules; they end after the event loop.
+    beside: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Worker {
@@ -39,6 +42,7 @@ impl Worker {
     pub(super) fn run(
         broker: Arc<dyn Broker>,
         queues: Vec<QueueSpec>,
+        schedules: Vec<Schedule>,
         config: WorkerConfig,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -53,26 +57,45 @@ impl Worker {
                 every,
                 queues: queues.iter().map(|q| q.name.clone()).collect(),
             });
-        let el = event_loop::EventLoop::new(
-            broker.clone(),
-            queues,
-            config,
-            tx.clone(),
-            rx,
-            stats.clone(),
-        );
-        let (ended, on_end) = oneshot::channel();
-        let join = tokio::spawn(async move {
-            el.run().await;
-            let _ = ended.send(());
+        let periodic = (!schedules.is_empty()).then(|| Periodic {
+            broker: broker.clone(),
+            schedules,
+            clock: config.clock,
+            stats: stats.clone(),
         });
-        let heartbeat = heartbeat.map(|h| tokio::spawn(h.run(on_end)));
+        let (ended, on_end) = watch::channel(false);
+        let join = if queues.is_empty() {
+            tokio::spawn(async move {
+                event_loop::without_queues(rx).await;
+                ended.send_replace(true);
+            })
+        } else {
+            let el = event_loop::EventLoop::new(
+                broker.clone(),
+                queues,
+                config,
+                tx.clone(),
+                rx,
+                stats.clone(),
+            );
+            tokio::spawn(async move {
+                el.run().await;
+                ended.send_replace(true);
+            })
+        };
+        let mut beside = Vec::new();
+        if let Some(h) = heartbeat {
+            beside.push(tokio::spawn(h.run(on_end.clone())));
+        }
+        if let Some(p) = periodic {
+            beside.push(tokio::spawn(p.run(on_end)));
+        }
         Worker {
             broker,
             tx,
             stats,
             join: Some(join),
-            heartbeat,
+            beside,
         }
     }
 
@@ -145,8 +168,8 @@ impl Worker {
         if let Some(join) = self.join.take() {
             let _ = join.await;
         }
-        if let Some(heartbeat) = self.heartbeat.take() {
-            let _ = heartbeat.await;
+        for task in std::mem::take(&mut self.beside) {
+            let _ = task.await;
         }
         self.stats()
     }

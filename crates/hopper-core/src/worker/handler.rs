@@ -35,6 +35,8 @@ pub(crate) enum ErrorKind {
     Retry(Option<Duration>),
     /// Dead-letter now, whatever attempts are left.
     Discard,
+    /// Back to the queue after the delay, the attempt not charged.
+    Snooze(Duration),
 }
 
 impl JobError {
@@ -59,6 +61,19 @@ impl JobError {
         JobError {
             kind: ErrorKind::Discard,
             message: error.to_string(),
+        }
+    }
+
+    /// Puts the job off for `delay` (River's snooze): it goes back to its queue, runs
+    /// again once `delay` has passed, and this attempt is not charged, so a job may snooze
+    /// any number of times. For work that is not ready yet (an upstream still busy, a
+    /// quota not yet refilled), not for failures.
+    /// A delay past [`MAX_DELAY`](crate::job::MAX_DELAY) waits that long.
+    pub fn snooze(delay: Duration) -> Self {
+        let delay = delay.min(crate::job::MAX_DELAY);
+        JobError {
+            kind: ErrorKind::Snooze(delay),
+            message: format!("snoozed for {delay:?}"),
         }
     }
 

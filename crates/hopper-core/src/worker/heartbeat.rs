@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::event_loop::{Command, Event};
 use super::stats::WorkerStats;
@@ -32,8 +32,8 @@ pub(super) struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Reports until `ended` fires (the event loop returned), then removes the worker.
-    pub(super) async fn run(self, mut ended: oneshot::Receiver<()>) {
+    /// Reports until `ended` turns true (the event loop returned), then removes the worker.
+    pub(super) async fn run(self, mut ended: watch::Receiver<bool>) {
         let started = to_millis(SystemTime::now());
         let blank = self.queues.iter().map(|q| QueueBeat {
             queue: q.clone(),
@@ -49,7 +49,7 @@ impl Heartbeat {
         loop {
             let stopping = tokio::select! {
                 _ = tick.tick() => false,
-                _ = &mut ended => true,
+                _ = ended.wait_for(|done| *done) => true,
             };
             if stopping {
                 for q in &mut info.queues {

@@ -11,6 +11,7 @@
 //! | `hopper_jobs_retried_total` | counter | failed attempts sent back for a retry |
 //! | `hopper_jobs_dead_total` | counter | jobs dead-lettered |
 //! | `hopper_jobs_released_total` | counter | jobs handed back unstarted |
+//! | `hopper_jobs_snoozed_total` | counter | jobs their handler put off, attempt not charged |
 //! | `hopper_job_duration_seconds` | histogram | a job's handler, start to finish |
 //! | `hopper_job_start_delay_seconds` | histogram | from a job's due time (`run_at`, at the earliest its enqueue) to its start |
 //! | `hopper_settlements_fenced_total` | counter | settlements the broker ignored, their lease gone (`broker` only) |
@@ -47,6 +48,7 @@ pub(crate) struct QueueMeters {
     pub(crate) retried: Counter,
     pub(crate) dead: Counter,
     pub(crate) released: Counter,
+    pub(crate) snoozed: Counter,
     pub(crate) duration: Histogram,
     pub(crate) start_delay: Histogram,
 }
@@ -61,6 +63,7 @@ impl QueueMeters {
             retried: counter!("hopper_jobs_retried_total", &labels),
             dead: counter!("hopper_jobs_dead_total", &labels),
             released: counter!("hopper_jobs_released_total", &labels),
+            snoozed: counter!("hopper_jobs_snoozed_total", &labels),
             duration: histogram!("hopper_job_duration_seconds", &labels),
             start_delay: histogram!("hopper_job_start_delay_seconds", &labels),
         }

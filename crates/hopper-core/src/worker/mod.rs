@@ -5,7 +5,8 @@
 //! - `builder`: [`WorkerBuilder`] builds a worker: queues, their handlers and options,
 //!   leases, retries; `options`: [`QueueOptions`] and the worker's settings.
 //! - `handle`: [`Worker`] steers a running one: pause, resume, cancel, counts, stats,
-//!   shutdown; `heartbeat` reports it to brokers that list live workers.
+//!   shutdown; `heartbeat` reports it to brokers that list live workers; `periodic`
+//!   enqueues the slots of its schedules.
 //! - `event_loop` holds the per-queue buffers and windows and issues fetches, hand-offs,
 //!   settlements and lease renewals; `pool` runs hand-offs on pool tasks; `handler` is
 //!   what user code looks like to them; `stats` what a program can read while it runs.
@@ -23,6 +24,7 @@ mod handler;
 mod heartbeat;
 mod metrics;
 mod options;
+mod periodic;
 mod pool;
 mod stats;
 

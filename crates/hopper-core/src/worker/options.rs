@@ -106,6 +106,8 @@ pub(crate) struct WorkerConfig {
     pub(crate) grace: Duration,
     /// How often the worker reports itself to a broker that lists workers; `None`: never.
     pub(crate) heartbeat: Option<Duration>,
+    /// The wall clock the worker's schedules read.
+    pub(crate) clock: crate::clock::Clock,
 }
 
 impl Default for WorkerConfig {
@@ -120,6 +122,7 @@ impl Default for WorkerConfig {
             settle_delay: Duration::from_millis(2),
             grace: Duration::from_secs(30),
             heartbeat: Some(crate::registry::HEARTBEAT_EVERY),
+            clock: crate::clock::Clock::System,
         }
     }
 }

@@ -344,6 +344,7 @@ pub(crate) fn outcome_of(
     };
     let last = attempt >= retry.max_attempts_for(max_attempts);
     match kind {
+        ErrorKind::Snooze(delay) => Outcome::Snooze { delay },
         ErrorKind::Discard => Outcome::DeadLetter { error: message },
         ErrorKind::Retry(_) if last => Outcome::DeadLetter { error: message },
         ErrorKind::Retry(after) => Outcome::Retry {

@@ -49,6 +49,14 @@ pub struct WorkerStats {
     pub released: u64,
     /// Jobs cancelled while held.
     pub cancelled: u64,
+    /// Slots of periodic jobs this worker enqueued.
+    pub slots_enqueued: u64,
+    /// Slots of periodic jobs another worker had enqueued first.
+    pub slots_taken_elsewhere: u64,
+    /// Slots of periodic jobs given up: the broker refused them until the next slot.
+    pub slots_missed: u64,
+    /// Jobs their handler put off ([`JobError::snooze`](crate::JobError::snooze)).
+    pub snoozed: u64,
     /// Settlement round trips made.
     pub settle_calls: u64,
     /// Leases the broker reported lost (expired, or taken over after expiring) while this

@@ -162,7 +162,7 @@ impl Broker for LateAnswers {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities().without_in_process().named("late")
     }
-    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<hopper_core::Enqueued>> {
         self.inner.enqueue_checked(jobs).await
     }
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {

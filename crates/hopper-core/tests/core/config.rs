@@ -103,7 +103,7 @@ async fn other_bad_settings_are_refused_by_name() {
     let err = Worker::builder(b.clone()).start().unwrap_err().to_string();
     assert_eq!(
         err,
-        "invalid queues `none`: allowed: at least one queue with a handler"
+        "invalid queues `none`: allowed: at least one queue with a handler, or a schedule"
     );
     let err = Worker::builder(b.clone())
         .retry(RetryPolicy {

@@ -22,7 +22,7 @@ impl Broker for Counting {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities().named("counting")
     }
-    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<hopper_core::Enqueued>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.stored.fetch_add(jobs.len(), Ordering::SeqCst);
         self.inner.enqueue_checked(jobs).await

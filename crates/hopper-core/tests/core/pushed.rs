@@ -100,7 +100,7 @@ impl Broker for Pushing {
     fn capabilities(&self) -> Capabilities {
         Capabilities::pushed("pushing").without_delayed()
     }
-    async fn enqueue_checked(&self, _jobs: CheckedJobs) -> Result<Vec<JobId>> {
+    async fn enqueue_checked(&self, _jobs: CheckedJobs) -> Result<Vec<hopper_core::Enqueued>> {
         unreachable!("the backlog is made up front")
     }
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {

@@ -23,20 +23,19 @@ pub(crate) struct NewRow<'a> {
 
 /// Encodes jobs for [`insert`]: with no clock of our own, a job due now or after a delay
 /// leaves the time to the database.
-pub(crate) fn new_rows(
-    jobs: &[NewJob],
+pub(crate) fn new_rows<'a>(
+    jobs: impl IntoIterator<Item = &'a NewJob>,
     now: Option<Millis>,
-) -> Result<Vec<NewRow<'_>>, serde_json::Error> {
-    jobs.iter()
+) -> Vec<NewRow<'a>> {
+    jobs.into_iter()
         .map(|job| {
             let (run_at, delay_ms) = job.run_at_parts(now);
-            let headers = job.headers_json();
-            Ok(NewRow {
+            NewRow {
                 job,
                 run_at,
                 delay_ms,
-                headers,
-            })
+                headers: job.headers_json(),
+            }
         })
         .collect()
 }

@@ -14,6 +14,7 @@
 //! - `admin`: listings by cursor, re-drives and discards of dead letters, pauses, queue
 //!   names and queue statistics (counts exact or bounded, pause, lag, throughput);
 //! - `registry`: worker heartbeats, the live workers, and throughput buckets;
+//! - `unique`: the enqueue of jobs with unique keys, and the pruning of lapsed holds;
 //! - `rows`: job states, and jobs and job records decoded from rows.
 
 mod admin;
@@ -24,6 +25,7 @@ mod registry;
 mod renew;
 mod rows;
 mod settle;
+mod unique;
 
 use hopper_core::Millis;
 
@@ -34,6 +36,7 @@ pub(crate) use self::inspect::{cancel, counts, dead_letters, job, max_id, purge}
 pub(crate) use self::registry::{Beat, buckets, deregister, heartbeat, workers};
 pub(crate) use self::renew::renew;
 pub(crate) use self::settle::settle;
+pub(crate) use self::unique::{PruneCursor, enqueue_keyed, prune_holds};
 
 /// A duration in milliseconds, saturating.
 pub(crate) fn millis(d: std::time::Duration) -> Millis {

@@ -47,10 +47,9 @@ fn read_job(row: &MySqlRow, lease: LeaseId, strict: bool) -> Result<Job, sqlx::E
     })
 }
 
-/// Reads a job's columns (see [`job_from_row`]) followed by `state, lease_id, last_error,
-/// finished_at, errors` (the record columns of `job_record.sql`).
-pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> {
-    let state = match row.try_get::<i8, _>(9)? {
+/// A job state as the `state` column stores it.
+pub(super) fn state_from_code(code: i8) -> Result<JobState, sqlx::Error> {
+    Ok(match code {
         PENDING => JobState::Pending,
         LEASED => JobState::Leased,
         COMPLETED => JobState::Completed,
@@ -62,7 +61,13 @@ pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> 
                 source: format!("unknown job state {other}").into(),
             });
         }
-    };
+    })
+}
+
+/// Reads a job's columns (see [`job_from_row`]) followed by `state, lease_id, last_error,
+/// finished_at, errors` (the record columns of `job_record.sql`).
+pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> {
+    let state = state_from_code(row.try_get::<i8, _>(9)?)?;
     let lease = match (state, row.try_get::<Option<i64>, _>(10)?) {
         (JobState::Leased, Some(lease)) => LeaseId(lease),
         _ => LeaseId(0),

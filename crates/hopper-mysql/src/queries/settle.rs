@@ -18,6 +18,7 @@ const RETRY: i8 = 1;
 const DEAD_LETTER: i8 = 2;
 const RELEASE: i8 = 3;
 const CANCEL: i8 = 4;
+const SNOOZE: i8 = 5;
 
 /// What a settle did, and whether any job went back to pending (to wake workers).
 pub(crate) struct Settled {
@@ -92,7 +93,10 @@ pub(crate) async fn settle(
 }
 
 fn requeues(outcome: &Outcome) -> bool {
-    matches!(outcome, Outcome::Retry { .. } | Outcome::Release)
+    matches!(
+        outcome,
+        Outcome::Retry { .. } | Outcome::Release | Outcome::Snooze { .. }
+    )
 }
 
 /// Runs the settlements' statements (acks in one DELETE, the rest in one UPDATE, per
@@ -138,6 +142,7 @@ async fn apply(
                 Outcome::DeadLetter { error } => (DEAD_LETTER, 0, Some(error.as_str())),
                 Outcome::Release => (RELEASE, 0, None),
                 Outcome::Cancel => (CANCEL, 0, None),
+                Outcome::Snooze { delay } => (SNOOZE, millis(*delay), None),
                 Outcome::Ack => unreachable!("acks were partitioned out"),
             };
             // The history's copy only when it is shorter: a short error is sent once.

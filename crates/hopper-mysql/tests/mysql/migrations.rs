@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use hopper_core::{
-    Broker, FetchRequest, JobId, JobQuery, JobState, LeaseId, ListState, Outcome, QueueBeat,
-    Selection, Settlement, Throughput, WorkerBeat, WorkerInfo,
+    Broker, Enqueued, FetchRequest, JobId, JobQuery, JobState, LeaseId, ListState, NewJob, Outcome,
+    QueueBeat, Selection, Settlement, Throughput, WorkerBeat, WorkerInfo,
 };
 use hopper_mysql::{MySqlBroker, MySqlOptions};
 use sqlx::{Connection, MySqlConnection};
@@ -20,7 +20,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
     assert_eq!(
         err.to_string(),
         format!(
-            "broker error: the hopper schema in {url} is at version 0 but this build needs 4: \
+            "broker error: the hopper schema in {url} is at version 0 but this build needs 5: \
              run `hopper migrate --broker {url}`",
             url = db.url
         )
@@ -30,7 +30,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
 #[tokio::test]
 async fn migrating_twice_applies_nothing_the_second_time() {
     let db = TempDatabase::empty().await;
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     assert_eq!(broker.url(), db.url);
@@ -46,7 +46,7 @@ async fn concurrent_migrations_apply_each_version_once() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 4]);
+    assert_eq!(applied, [0, 5]);
 }
 
 #[tokio::test]
@@ -60,7 +60,7 @@ async fn a_schema_newer_than_this_build_is_refused() {
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema in {} is at version 99, newer than this build (4): upgrade hopper",
+            "the hopper schema in {} is at version 99, newer than this build (5): upgrade hopper",
             db.url
         )),
         "{err}"
@@ -146,8 +146,8 @@ async fn a_database_of_version_2_keeps_its_jobs() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 2 but this build needs 4"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert!(err.contains("at version 2 but this build needs 5"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -210,17 +210,17 @@ async fn a_database_of_version_2_keeps_its_jobs() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let _ = conn.close().await;
 }
 
-/// A database at version 3, as the previous release left it, holding jobs: migrating adds
+/// A database at version 3, as an earlier release left it, holding jobs: migrating adds
 /// the tables of live workers and throughput, which heartbeats then fill, and the jobs are
 /// counted and worked as before. A run that stopped before recording version 4 finds the
 /// tables there, keeps what they hold, and counts it as applied.
 #[tokio::test]
-async fn a_database_of_the_previous_version_gains_the_worker_tables() {
+async fn a_database_of_version_3_gains_the_worker_tables() {
     let db = TempDatabase::empty().await;
     let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
     for setup in [
@@ -239,8 +239,8 @@ async fn a_database_of_the_previous_version_gains_the_worker_tables() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 3 but this build needs 4"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert!(err.contains("at version 3 but this build needs 5"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -288,17 +288,71 @@ async fn a_database_of_the_previous_version_gains_the_worker_tables() {
     );
     broker.close().await;
 
-    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version = 4")
+    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version >= 4")
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
         .unwrap();
     assert_eq!(broker.workers().await.unwrap().len(), 1, "kept");
     assert_eq!(broker.throughput("q").await.unwrap().len(), 1, "kept");
+    broker.close().await;
+    let _ = conn.close().await;
+}
+
+/// A database at version 4, as the previous release left it, holding a job: migrating adds
+/// the table of unique keys, after which a job enqueued with a key is stored once and its
+/// duplicate answers with it, and the job already there is worked as before. A run that
+/// stopped before recording version 5 finds the table there, keeps the holds it has, and
+/// counts it as applied.
+#[tokio::test]
+async fn a_database_of_the_previous_version_gains_unique_keys() {
+    let db = TempDatabase::empty().await;
+    let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
+    for setup in [
+        include_str!("../../migrations/0001_create_jobs.sql"),
+        include_str!("../../migrations/0002_range_checks.sql"),
+        include_str!("../../migrations/0003_errors_and_pauses.sql"),
+        include_str!("../../migrations/0004_workers.sql"),
+        include_str!("../../sql/migrations_table.sql"),
+        "INSERT INTO hopper_migrations (version, applied_at) VALUES (1, 0), (2, 0), (3, 0), (4, 0)",
+        "INSERT INTO hopper_jobs (id, queue, state, run_at, attempt, max_attempts, payload,
+                                  created_at)
+         VALUES (1, 'q', 0, 0, 0, 5, 'pending', 0)",
+    ] {
+        sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
+    }
+    let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
+    assert!(err.contains("at version 4 but this build needs 5"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+
+    let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
+    let broker = connect().await.unwrap();
+    let keyed = || vec![NewJob::new("q", "k").unique_key("k")];
+    let first = broker.enqueue_reported(keyed()).await.unwrap();
+    assert!(!first[0].existing, "{first:?}");
+    let again = broker.enqueue_reported(keyed()).await.unwrap();
+    assert_eq!(again, [Enqueued::existing(first[0].id)]);
+    let held = broker
+        .fetch(FetchRequest::one("q", 10, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let ids: Vec<JobId> = held.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(ids, [JobId(1), first[0].id]);
+    broker.close().await;
+
+    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version = 5")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
+    let broker = connect().await.unwrap();
+    let kept = broker.enqueue_reported(keyed()).await.unwrap();
+    assert_eq!(kept, [Enqueued::existing(first[0].id)], "the hold was kept");
     broker.close().await;
     let _ = conn.close().await;
 }

@@ -71,7 +71,7 @@ impl TempDatabase {
     /// A new database, migrated.
     pub async fn migrated() -> TempDatabase {
         let db = TempDatabase::empty().await;
-        assert_eq!(hopper_mysql::migrate(&db.url).await.expect("migrate"), 4);
+        assert_eq!(hopper_mysql::migrate(&db.url).await.expect("migrate"), 5);
         db
     }
 
@@ -122,6 +122,15 @@ pub struct CountedUser {
 
 impl CountedUser {
     pub async fn create(db: &TempDatabase) -> CountedUser {
+        Self::granted(db, None).await
+    }
+
+    /// A user that may read and write `tables` of the database only.
+    pub async fn with_tables(db: &TempDatabase, tables: &[&str]) -> CountedUser {
+        Self::granted(db, Some(tables)).await
+    }
+
+    async fn granted(db: &TempDatabase, tables: Option<&[&str]>) -> CountedUser {
         let name = unique_name("hopper_u");
         let password = unique_name("pw");
         admin("SET GLOBAL userstat = 1".into()).await;
@@ -129,7 +138,18 @@ impl CountedUser {
             "CREATE USER '{name}'@'%' IDENTIFIED BY '{password}'"
         ))
         .await;
-        admin(format!("GRANT ALL ON {}.* TO '{name}'@'%'", db.name)).await;
+        match tables {
+            None => admin(format!("GRANT ALL ON {}.* TO '{name}'@'%'", db.name)).await,
+            Some(tables) => {
+                for table in tables {
+                    admin(format!(
+                        "GRANT SELECT, INSERT, UPDATE, DELETE ON {}.{table} TO '{name}'@'%'",
+                        db.name
+                    ))
+                    .await;
+                }
+            }
+        }
         let (scheme, rest) = db.url.split_once("://").expect("a URL with a scheme");
         let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
         let url = format!("{scheme}://{name}:{password}@{host}");

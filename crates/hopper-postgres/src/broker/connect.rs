@@ -7,7 +7,7 @@ use hopper_core::Result;
 use hopper_core::clock::Pace;
 use tokio::sync::watch;
 
-use super::maintenance::VacuumPace;
+use super::maintenance::{KeyPrune, VacuumPace};
 use super::{Inner, PRUNE_EVERY_MS, PgBroker, REAP_EVERY_MS, db_err};
 use crate::conn::Connections;
 use crate::migrate::{check_version, version};
@@ -121,6 +121,7 @@ impl PgBroker {
                 listener,
                 reap_pace: Pace::new(REAP_EVERY_MS),
                 prune_pace: Pace::new(PRUNE_EVERY_MS),
+                key_prune: KeyPrune::default(),
                 shown_url: parsed.shown,
                 options,
             }),

@@ -1,52 +1,81 @@
 //! Enqueueing: one statement for any number of jobs, on the broker's connections or inside
 //! the caller's own transaction ([`PgBroker::enqueue_in`]).
+//!
+//! A batch without unique keys is one insert (enqueue.sql) that never reads the table of
+//! keys. A batch with keys takes enqueue_unique.sql, still one statement: it takes each
+//! key or finds its holder, and stores only the jobs that took theirs (or have none).
 
-use hopper_core::{Broker, CheckedJobs, JobId, NewJob, Result};
+use hopper_core::job::earlier_with_key;
+use hopper_core::{Broker, CheckedJobs, Enqueued, JobId, Millis, NewJob, Result, UniqueScope};
+use sqlx::Row;
 use sqlx::postgres::PgConnection;
 
 use super::{PgBroker, db_err};
 use crate::conn::ended_by_server;
 
+/// How many times a keyed batch is sent again after losing a race the server broke off
+/// (a deadlock or serialization failure): keys are locked in one order, so this is a
+/// backstop, not a path taken.
+const RACE_RETRIES: u32 = 3;
+
 impl PgBroker {
     /// Enqueues inside the caller's own transaction (or connection): the jobs exist if and
-    /// only if that transaction commits. Pass `&mut *tx` for an sqlx `Transaction`.
+    /// only if that transaction commits. Pass `&mut *tx` for an sqlx `Transaction`. A job
+    /// whose unique key is held answers with the holder's id, as
+    /// [`Broker::enqueue`] does; [`enqueue_in_reported`](Self::enqueue_in_reported) says
+    /// which jobs those were.
     pub async fn enqueue_in(
         &self,
         conn: &mut PgConnection,
         jobs: Vec<NewJob>,
     ) -> Result<Vec<JobId>> {
-        let checked = CheckedJobs::check_within(jobs, &self.limits())?;
-        self.insert(conn, checked).await
+        let done = self.enqueue_in_reported(conn, jobs).await?;
+        Ok(done.into_iter().map(|e| e.id).collect())
     }
 
-    /// Inserts jobs already checked, on `conn`, in one statement.
-    pub(super) async fn insert(
+    /// [`enqueue_in`](Self::enqueue_in), saying for each job whether it was stored or a
+    /// job holding its unique key was already there
+    /// ([`Broker::enqueue_reported`]). The keys a batch takes stay locked until the
+    /// caller's transaction ends, so other producers of the same keys wait for it; and
+    /// unlike [`Broker::enqueue`], a batch that loses a deadlock to another transaction is
+    /// not sent again (the caller's transaction is aborted): keep such transactions short.
+    pub async fn enqueue_in_reported(
         &self,
         conn: &mut PgConnection,
-        jobs: CheckedJobs,
-    ) -> Result<Vec<JobId>> {
-        let query = self.enqueue_arrays(jobs);
-        self.insert_arrays(conn, &query)
+        jobs: Vec<NewJob>,
+    ) -> Result<Vec<Enqueued>> {
+        let checked = CheckedJobs::check_within(jobs, &self.limits())?;
+        if checked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = Batch::new(checked, self.now());
+        self.send(conn, &batch)
             .await
             .map_err(db_err("enqueueing jobs"))
     }
 
-    /// Inserts jobs already checked on the broker's own connections. When the server ended
-    /// the session before the statement committed (SQLSTATE 57P or 08: the error came from
-    /// the server, so the transaction was rolled back), the jobs are inserted once more on
-    /// a new connection. A connection that broke without a word from the server (the
-    /// insert may have committed) is not tried again: that could enqueue the jobs twice.
-    pub(super) async fn insert_held(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
-        let query = self.enqueue_arrays(jobs);
-        let mut again = true;
+    /// Inserts jobs already checked on the broker's own connections, and says what became
+    /// of each. When the server ended the session before the statement committed (SQLSTATE
+    /// 57P or 08: the error came from the server, so the transaction was rolled back), the
+    /// jobs are inserted once more on a new connection. A connection that broke without a
+    /// word from the server (the insert may have committed) is not tried again: that could
+    /// enqueue the jobs twice. A keyed batch that lost a deadlock was rolled back too, and
+    /// is sent again.
+    pub(super) async fn insert_held(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
+        let batch = Batch::new(jobs, self.now());
+        let (mut ended, mut races) = (false, 0);
         loop {
             let mut held = self.inner.conns.get().await?;
-            match self.insert_arrays(held.conn(), &query).await {
-                Ok(ids) => return Ok(ids),
+            match self.send(held.conn(), &batch).await {
+                Ok(done) => return Ok(done),
                 Err(e) => {
                     held.check(&e);
-                    if again && ended_by_server(&e) {
-                        again = false;
+                    if !ended && ended_by_server(&e) {
+                        ended = true;
+                        continue;
+                    }
+                    if batch.keys.is_some() && races < RACE_RETRIES && lost_a_race(&e) {
+                        races += 1;
                         continue;
                     }
                     return Err(db_err("enqueueing jobs")(e));
@@ -55,41 +84,128 @@ impl PgBroker {
         }
     }
 
-    async fn insert_arrays(
-        &self,
-        conn: &mut PgConnection,
-        query: &EnqueueArrays,
-    ) -> sqlx::Result<Vec<JobId>> {
-        let rows = sqlx::query_scalar::<_, i64>(&self.inner.sql.enqueue)
-            .bind(&query.queues)
-            .bind(&query.payloads)
-            .bind(&query.priorities)
-            .bind(&query.run_at)
-            .bind(&query.delay_ms)
-            .bind(&query.max_attempts)
-            .bind(&query.headers)
-            .bind(self.now())
-            .bind(&self.inner.channel)
-            .fetch_all(conn)
-            .await?;
-        Ok(rows.into_iter().map(JobId).collect())
-    }
-
-    fn enqueue_arrays(&self, jobs: CheckedJobs) -> EnqueueArrays {
-        let now = self.now();
-        let mut a = EnqueueArrays::with_capacity(jobs.len());
-        for job in jobs {
-            let (run_at, delay) = job.run_at_parts(now);
-            a.priorities.push(job.priority);
-            a.run_at.push(run_at);
-            a.delay_ms.push(delay);
-            a.max_attempts
-                .push(job.max_attempts.min(i32::MAX as u32) as i32);
-            a.headers.push(job.headers_json());
-            a.queues.push(job.queue);
-            a.payloads.push(job.payload);
+    /// Sends `batch` in one statement: enqueue.sql when no job has a key, else
+    /// enqueue_unique.sql. Says what became of each job, in input order.
+    async fn send(&self, conn: &mut PgConnection, batch: &Batch) -> sqlx::Result<Vec<Enqueued>> {
+        let sql = match batch.keys {
+            None => &self.inner.sql.enqueue,
+            Some(_) => &self.inner.sql.enqueue_unique,
+        };
+        let a = &batch.arrays;
+        let mut query = sqlx::query(sql)
+            .bind(&a.queues)
+            .bind(&a.payloads)
+            .bind(&a.priorities)
+            .bind(&a.run_at)
+            .bind(&a.delay_ms)
+            .bind(&a.max_attempts)
+            .bind(&a.headers)
+            .bind(batch.now)
+            .bind(&self.inner.channel);
+        if let Some(keys) = &batch.keys {
+            query = query
+                .bind(&keys.keys)
+                .bind(&keys.scopes)
+                .bind(&keys.periods);
         }
-        a
+        let rows = query.fetch_all(conn).await?;
+        match &batch.keys {
+            None => rows
+                .iter()
+                .map(|row| Ok(Enqueued::stored(JobId(row.try_get(0)?))))
+                .collect(),
+            Some(keys) => {
+                let sent = rows
+                    .iter()
+                    .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                    .collect::<sqlx::Result<Vec<_>>>()?;
+                Ok(keys.answers(&sent))
+            }
+        }
+    }
+}
+
+/// Whether the server broke off a statement to resolve a race between transactions: a
+/// deadlock (40P01) or a serialization failure (40001). The statement was rolled back.
+fn lost_a_race(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("40P01" | "40001")),
+        _ => false,
+    }
+}
+
+/// A batch ready to send: the columns of the jobs sent, and their keys when any has one.
+struct Batch {
+    arrays: EnqueueArrays,
+    /// The broker's clock, or `None` for the database's: one reading for the whole batch,
+    /// its run times, creation times and the ends of its keys' periods alike.
+    now: Option<Millis>,
+    keys: Option<Keys>,
+}
+
+/// The keys of a batch in which some job has one. Only the first job of each queue and key
+/// is sent (`earlier`); the others are answered with its outcome.
+struct Keys {
+    keys: Vec<Option<String>>,
+    scopes: Vec<Option<i16>>,
+    /// The period of a [`UniqueScope::For`](hopper_core::UniqueScope::For), in ms.
+    periods: Vec<Option<i64>>,
+    /// Per job of the batch, the earlier job with the same key that stands for it.
+    earlier: Vec<Option<usize>>,
+}
+
+impl Batch {
+    fn new(jobs: CheckedJobs, now: Option<Millis>) -> Self {
+        let keyed = jobs.iter().any(|j| j.unique.is_some());
+        let mut keys = keyed.then(|| Keys {
+            keys: Vec::with_capacity(jobs.len()),
+            scopes: Vec::with_capacity(jobs.len()),
+            periods: Vec::with_capacity(jobs.len()),
+            earlier: earlier_with_key(&jobs),
+        });
+        let mut a = EnqueueArrays::with_capacity(jobs.len());
+        for (i, mut job) in jobs.into_iter().enumerate() {
+            if let Some(k) = &mut keys {
+                if k.earlier[i].is_some() {
+                    continue;
+                }
+                let unique = job.unique.take();
+                k.scopes.push(unique.as_ref().map(|u| u.scope.code()));
+                // The statement adds the period to its `now` for `until`.
+                k.periods.push(match unique.as_ref().map(|u| u.scope) {
+                    Some(UniqueScope::For(period)) => Some(period.as_millis() as i64),
+                    _ => None,
+                });
+                k.keys.push(unique.map(|u| u.key));
+            }
+            a.push(job, now);
+        }
+        Batch {
+            arrays: a,
+            now,
+            keys,
+        }
+    }
+}
+
+impl Keys {
+    /// What became of each job of the batch, given each sent job's id and its key's
+    /// holder (enqueue_unique.sql's rows, in order).
+    fn answers(&self, sent: &[(i64, Option<i64>)]) -> Vec<Enqueued> {
+        let mut sent = sent.iter();
+        let mut done: Vec<Enqueued> = Vec::with_capacity(self.earlier.len());
+        for earlier in &self.earlier {
+            let answer = match earlier {
+                Some(first) => Enqueued::existing(done[*first].id),
+                None => match sent.next() {
+                    Some(&(id, Some(holder))) if holder != id => Enqueued::existing(JobId(holder)),
+                    Some(&(id, _)) => Enqueued::stored(JobId(id)),
+                    None => break,
+                },
+            };
+            done.push(answer);
+        }
+        done
     }
 }
 
@@ -115,5 +231,17 @@ impl EnqueueArrays {
             max_attempts: Vec::with_capacity(n),
             headers: Vec::with_capacity(n),
         }
+    }
+
+    fn push(&mut self, job: NewJob, now: Option<Millis>) {
+        let (run_at, delay) = job.run_at_parts(now);
+        self.priorities.push(job.priority);
+        self.run_at.push(run_at);
+        self.delay_ms.push(delay);
+        self.max_attempts
+            .push(job.max_attempts.min(i32::MAX as u32) as i32);
+        self.headers.push(job.headers_json());
+        self.queues.push(job.queue);
+        self.payloads.push(job.payload);
     }
 }

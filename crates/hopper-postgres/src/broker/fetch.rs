@@ -32,6 +32,7 @@ impl PgBroker {
         }
         let mut held = self.inner.claims.get().await?;
         self.prune(held.conn(), now_hint).await?;
+        self.prune_keys_when_due(now_hint);
         let ttl = request.lease_ttl.as_millis() as i64;
         // The claim statement carries the reaper when it is due (see claim.sql).
         let reap = self.inner.reap_pace.due(now_hint);

@@ -1,10 +1,13 @@
-//! Upkeep of the jobs table, started by fetches: vacuuming it after every so many claims
-//! ([`PgOptions::vacuum_after`](crate::PgOptions::vacuum_after)), and pruning completed
-//! jobs past their retention ([`PgOptions::keep_completed`](crate::PgOptions::keep_completed)).
+//! Upkeep of the tables, started by fetches: vacuuming the jobs table after every so many
+//! claims ([`PgOptions::vacuum_after`](crate::PgOptions::vacuum_after)), pruning completed
+//! jobs past their retention ([`PgOptions::keep_completed`](crate::PgOptions::keep_completed)),
+//! and deleting unique keys whose hold has ended.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use hopper_core::clock::Pace;
 use hopper_core::{Error, Millis, Result};
 use sqlx::postgres::PgConnection;
 
@@ -18,6 +21,12 @@ const VACUUM_GAP_FACTOR: u32 = 10;
 /// How long a vacuum may take before the broker gives up on it (and its connection), so a
 /// vacuum that never answers does not stop the next ones.
 const VACUUM_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often, at most, one broker walks the unique keys for holds that ended; how many
+/// keys one statement examines, and how many statements one round sends at most. A
+/// round examines at most 10,000 keys, and the next goes on where it stopped.
+const PRUNE_KEYS_EVERY_MS: Millis = 60_000;
+const KEYS_PER_CHUNK: i64 = 1000;
+const CHUNKS_PER_ROUND: usize = 10;
 
 impl PgBroker {
     /// Counts `claimed` jobs towards the next vacuum, and starts it in the background when
@@ -146,5 +155,86 @@ impl VacuumPace {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_none_or(|t| Instant::now() >= t)
+    }
+}
+
+impl PgBroker {
+    /// Starts a round of [`prune_keys`](Self::prune_keys) in the background when one is
+    /// due and none is running. Keys held by no one cost nothing but room, so they go
+    /// at a walk, off the path of fetches, and fetches never wait on them.
+    pub(super) fn prune_keys_when_due(&self, now_hint: Millis) {
+        let prune = &self.inner.key_prune;
+        if !prune.pace.due(now_hint) || prune.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let broker = self.clone();
+        tokio::spawn(async move {
+            let round = broker.answered("pruning unique keys", broker.prune_keys());
+            match round.await {
+                Ok(deleted) => tracing::debug!(deleted, "pruned unique keys"),
+                Err(e) => tracing::warn!(error = %e, "pruning unique keys failed; enqueues go on"),
+            }
+            broker
+                .inner
+                .key_prune
+                .running
+                .store(false, Ordering::Release);
+        });
+    }
+
+    /// One round of pruning: walks the keys in the order of their primary key from where
+    /// the last round stopped, a chunk per statement (prune_unique.sql), deleting those
+    /// whose hold has ended, until the walk reaches the end (the next starts over) or
+    /// [`CHUNKS_PER_ROUND`] chunks were examined. Returns how many keys it deleted. Each
+    /// chunk takes a connection of its own, so enqueues wait at most for one chunk.
+    async fn prune_keys(&self) -> Result<u64> {
+        let prune = &self.inner.key_prune;
+        let mut after = prune
+            .after
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut deleted = 0;
+        for _ in 0..CHUNKS_PER_ROUND {
+            let mut held = self.inner.conns.get().await?;
+            let (examined, gone, last_queue, last_key): (i64, i64, Option<String>, Option<String>) =
+                sqlx::query_as(&self.inner.sql.prune_unique)
+                    .bind(self.now())
+                    .bind(&after.0)
+                    .bind(&after.1)
+                    .bind(KEYS_PER_CHUNK)
+                    .fetch_one(held.conn())
+                    .await
+                    .map_err(|e| held.fail("pruning unique keys", e))?;
+            deleted += gone as u64;
+            match (last_queue, last_key) {
+                (Some(queue), Some(key)) if examined >= KEYS_PER_CHUNK => after = (queue, key),
+                _ => {
+                    after = Default::default();
+                    break;
+                }
+            }
+        }
+        *prune.after.lock().unwrap_or_else(|p| p.into_inner()) = after;
+        Ok(deleted)
+    }
+}
+
+/// When the broker prunes unique keys next, whether a round is running, and where the
+/// walk of the keys stands: the last (queue, key) examined, or empty for the start.
+#[derive(Debug)]
+pub(super) struct KeyPrune {
+    pace: Pace,
+    running: AtomicBool,
+    after: Mutex<(String, String)>,
+}
+
+impl Default for KeyPrune {
+    fn default() -> Self {
+        KeyPrune {
+            pace: Pace::new(PRUNE_KEYS_EVERY_MS),
+            running: AtomicBool::new(false),
+            after: Mutex::default(),
+        }
     }
 }

@@ -4,14 +4,15 @@
 //! This file holds the broker's state and the [`Broker`] implementation, which hands each
 //! call to the module of its concern:
 //! - `connect`: connecting, the settings of each set of connections, closing;
-//! - `enqueue`: one statement for any number of jobs, also in the caller's transaction;
+//! - `enqueue`: one statement for any number of jobs, with unique keys or without, also in
+//!   the caller's transaction;
 //! - `fetch`: the claim under a new lease, carrying the reaper when it is due;
 //! - `settle`: settlements of any mix in one statement;
 //! - `renew`: renewing the leases of every held job in one statement;
 //! - `inspect`: cancel, job records, counts, dead letters and purge;
 //! - `listing`: pages of a queue's jobs in one state, by cursor;
 //! - `admin`: the other operator calls: re-drives, pauses, queue names and statistics;
-//! - `maintenance`: vacuuming the jobs table and pruning completed jobs;
+//! - `maintenance`: vacuuming the jobs table, pruning completed jobs and stale unique keys;
 //! - `registry`: live workers and throughput buckets;
 //! - `rows`: jobs and job records decoded from rows.
 
@@ -34,14 +35,14 @@ use async_trait::async_trait;
 use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection};
 use hopper_core::clock::Pace;
 use hopper_core::{
-    AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Error, FetchRequest, Fetched,
-    JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
+    AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Enqueued, Error, FetchRequest,
+    Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
 };
 use hopper_core::{Bucket, WorkerBeat, WorkerInfo};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use self::maintenance::VacuumPace;
+use self::maintenance::{KeyPrune, VacuumPace};
 use crate::conn::{Connections, connection_lost};
 use crate::options::PgOptions;
 use crate::sql::Sql;
@@ -79,6 +80,8 @@ struct Inner {
     reap_pace: Pace,
     /// Pruning of completed jobs, at most once a [`PRUNE_EVERY_MS`] per broker.
     prune_pace: Pace,
+    /// Pruning of unique keys whose hold ended, in the background.
+    key_prune: KeyPrune,
     shown_url: String,
 }
 
@@ -154,17 +157,22 @@ impl Broker for PgBroker {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leased_sql("postgres").with_admin(AdminCalls::RECORDS)
+        Capabilities::leased_sql("postgres")
+            .with_admin(AdminCalls::RECORDS)
+            .with_unique()
     }
 
-    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
         let result = self
             .answered("enqueueing jobs", self.insert_held(jobs))
             .await;
-        if result.is_ok() {
+        if result
+            .as_ref()
+            .is_ok_and(|done| done.iter().any(|e| !e.existing))
+        {
             self.bump();
         }
         result

@@ -1,5 +1,5 @@
-//! Settling: acks, retries, dead letters, releases and cancels of any mix in one statement,
-//! each applied only while its job is still held under the named lease.
+//! Settling: acks, retries, dead letters, releases, snoozes and cancels of any mix in one
+//! statement, each applied only while its job is still held under the named lease.
 
 use std::collections::HashSet;
 
@@ -27,7 +27,7 @@ impl PgBroker {
         let mut requeues = false;
         for s in settlements {
             let (kind, delay, error) = outcome_kind(&s.outcome);
-            requeues |= kind == 1 || kind == 3;
+            requeues |= matches!(kind, 1 | 3 | 5);
             ids.push(s.job.0);
             leases.push(s.lease.0);
             kinds.push(kind);
@@ -87,5 +87,6 @@ fn outcome_kind(o: &Outcome) -> (i16, i64, Option<&str>) {
         Outcome::DeadLetter { error } => (2, 0, Some(error)),
         Outcome::Release => (3, 0, None),
         Outcome::Cancel => (4, 0, None),
+        Outcome::Snooze { delay } => (5, delay.as_millis() as i64, None),
     }
 }

@@ -14,7 +14,7 @@ async fn an_unmigrated_schema_is_refused_with_what_to_run() {
         .to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema {schema} in {} is at version 0 but this build needs 6: run `hopper migrate --broker {}`",
+            "the hopper schema {schema} in {} is at version 0 but this build needs 7: run `hopper migrate --broker {}`",
             url(),
             url()
         )),
@@ -33,7 +33,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 6]);
+    assert_eq!(applied, [0, 7]);
     assert_eq!(
         hopper_postgres::migrate_with(&url, &options).await.unwrap(),
         0
@@ -48,7 +48,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
 async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
     let schema = unique_name("hopper_t");
     let with_schema = format!("{}?schema={schema}", url());
-    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 6);
+    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 7);
     let broker = PgBroker::connect(&with_schema).await.unwrap();
     assert_eq!(broker.schema(), schema);
     let debug = format!("{broker:?}");
@@ -164,7 +164,7 @@ async fn a_schema_from_before_the_operator_calls_keeps_its_jobs() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        2
+        3
     );
     let index: String = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = $2",
@@ -268,7 +268,7 @@ async fn a_schema_from_before_live_workers_keeps_its_jobs_and_lists_workers() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        1
+        2
     );
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes
@@ -324,6 +324,69 @@ async fn a_schema_from_before_live_workers_keeps_its_jobs_and_lists_workers() {
     assert_eq!(status.last_minute, Some(settled));
     assert_eq!(broker.throughput("q").await.unwrap().len(), 1);
     assert!(broker.deregister(&beat.worker.id).await.unwrap());
+    broker.close().await;
+    drop_schema(name);
+}
+
+/// A schema at version 6, as the release before unique keys left it, holding a pending
+/// job (id 1) and a dead letter (2): `migrate` adds the table of keys and the function that decides
+/// holds, the jobs stay, and a key already naming the pending job (as a producer of the
+/// new release could have written it) is held by it, while one naming the dead letter is
+/// taken.
+#[tokio::test]
+async fn a_schema_from_before_unique_keys_keeps_its_jobs_and_takes_keys() {
+    use hopper_core::{Broker, Enqueued, JobId, NewJob};
+    use sqlx::Connection;
+
+    let options = super::support::schema_at(6).await;
+    let name = options.schema.clone();
+    let mut raw = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let jobs = format!(
+        "INSERT INTO {name}.hopper_jobs (queue, state, run_at, attempt, max_attempts,
+                                         payload, created_at, last_error, finished_at)
+         VALUES ('q', 0, 0, 0, 5, 'pending', 0, NULL, NULL),
+                ('q', 3, 0, 1, 1, 'dead', 0, 'boom', 5)"
+    );
+    sqlx::raw_sql(&jobs).execute(&mut raw).await.unwrap();
+    assert_eq!(
+        hopper_postgres::migrate_with(&url(), &options)
+            .await
+            .unwrap(),
+        1
+    );
+    let index: String = sqlx::query_scalar(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'hopper_unique'",
+    )
+    .bind(&name)
+    .fetch_one(&mut raw)
+    .await
+    .unwrap();
+    assert!(index.contains("UNIQUE INDEX hopper_unique_pkey"), "{index}");
+    assert!(index.contains("(queue, key)"), "{index}");
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {name}.hopper_unique (queue, key, job_id, scope)
+         VALUES ('q', 'a', 1, 1), ('q', 'b', 2, 1)"
+    ))
+    .execute(&mut raw)
+    .await
+    .unwrap();
+    raw.close().await.unwrap();
+
+    let broker = PgBroker::connect_with(&url(), options.listen(false))
+        .await
+        .unwrap();
+    let counts = broker.counts("q").await.unwrap();
+    assert_eq!((counts.pending, counts.dead), (1, 1), "{counts:?}");
+    let done = broker
+        .enqueue_reported(vec![
+            NewJob::new("q", b"a".to_vec()).unique_key("a"),
+            NewJob::new("q", b"b".to_vec()).unique_key("b"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(done[0], Enqueued::existing(JobId(1)));
+    assert!(!done[1].existing && done[1].id.0 > 2, "{done:?}");
+    assert_eq!(broker.counts("q").await.unwrap().pending, 2);
     broker.close().await;
     drop_schema(name);
 }

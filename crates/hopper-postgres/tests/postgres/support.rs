@@ -50,6 +50,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0004_range_checks.sql"),
     include_str!("../../migrations/0005_operator_calls.sql"),
     include_str!("../../migrations/0006_workers.sql"),
+    include_str!("../../migrations/0007_unique_keys.sql"),
 ];
 
 /// A schema of its own migrated to `version` only, as the release that shipped that

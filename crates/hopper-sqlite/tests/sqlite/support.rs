@@ -83,7 +83,7 @@ impl Broker for TempBroker {
         self.broker.limits()
     }
 
-    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<JobId>> {
+    async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<hopper_core::Enqueued>> {
         self.broker.enqueue_checked(jobs).await
     }
 

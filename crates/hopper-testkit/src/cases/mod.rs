@@ -1,9 +1,9 @@
 //! The cases. Each takes a fresh, empty broker built on
 //! [`Clock::tokio`](hopper_core::Clock::tokio) and panics with a message naming what
-//! differed. All but [`concurrent_claimers`] expect a current-thread runtime whose clock is
-//! paused (`#[tokio::test(start_paused = true)]`), since they move time with
-//! `tokio::time::advance`; [`concurrent_claimers`] expects a multi-thread runtime in real
-//! time. [`broker_suite!`](crate::broker_suite) sets both up.
+//! differed. All but [`concurrent_claimers`] and [`unique_keys_racing_producers`] expect a
+//! current-thread runtime whose clock is paused (`#[tokio::test(start_paused = true)]`),
+//! since they move time with `tokio::time::advance`; those two expect a multi-thread
+//! runtime in real time. [`broker_suite!`](crate::broker_suite) sets both up.
 //!
 //! The cases live in files by area and are re-exported here, so each is
 //! `cases::<name>` whatever file holds it:
@@ -13,7 +13,8 @@
 //! - `settle`: retries, dead letters, releases, payloads, per-job settlement;
 //! - `inspect`: cancelling and purging;
 //! - `admin`: listings by cursor, error histories, re-drives, pauses, statistics;
-//! - `registry`: live workers and throughput buckets.
+//! - `registry`: live workers and throughput buckets;
+//! - `unique`: unique keys, under racing producers too, and snoozing.
 
 mod admin;
 mod enqueue;
@@ -22,6 +23,7 @@ mod inspect;
 mod leases;
 mod registry;
 mod settle;
+mod unique;
 
 pub use admin::{
     bounded_counts, dead_letters_retried_and_discarded, error_history_per_attempt,
@@ -42,6 +44,7 @@ pub use settle::{
     dead_letters, payloads_survive_every_return, release_is_attempt_neutral, retry_counts_attempts,
     settle_batch_is_per_job,
 };
+pub use unique::{snooze_is_attempt_neutral, unique_keys, unique_keys_racing_producers};
 
 use std::sync::Arc;
 

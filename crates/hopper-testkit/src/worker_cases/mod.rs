@@ -21,12 +21,17 @@
 
 mod batch;
 mod control;
+mod periodic;
 mod run;
 mod stop;
 
 pub use batch::batch_sizes;
 pub use control::{cancel_before_start, pause_and_resume, worker_listed_while_running};
-pub use run::{dead_letter_after_max_attempts, enqueue_run_ack, retry_backoff_then_success};
+pub use periodic::periodic_slots_enqueued_once;
+pub use run::{
+    dead_letter_after_max_attempts, enqueue_run_ack, retry_backoff_then_success,
+    snoozed_job_is_not_charged,
+};
 pub use stop::{crash_charges_the_attempt, crashed_worker_jobs_run_again, release_at_shutdown};
 
 use std::collections::BTreeMap;

@@ -217,3 +217,61 @@ pub async fn dead_letter_after_max_attempts(target: Target) {
         Err(e) => panic!("dead_letters failed: {e:?}"),
     }
 }
+
+/// A job allowed one attempt whose handler snoozes it twice for 300 ms runs three times,
+/// each time as attempt 1, no sooner than 300 ms after the run before, and completes: a
+/// snooze charges nothing and is no failure. The stop reports 2 snoozed, 1 completed.
+pub async fn snoozed_job_is_not_charged(target: Target) {
+    const SNOOZE: Duration = Duration::from_millis(300);
+    let Target { broker, queue, .. } = target;
+    if !broker.capabilities().delayed {
+        return skip_for(
+            "snoozed_job_is_not_charged",
+            "delayed",
+            "a snooze is a delay",
+        );
+    }
+    choose_clock(&broker);
+    let job = NewJob::json(&queue, &0u64).unwrap().max_attempts(1);
+    enqueue(&broker, vec![job]).await;
+    let runs = Runs::default();
+    let seen = runs.clone();
+    let worker = builder(&broker)
+        .queue(
+            queue.clone(),
+            QueueOptions::new().concurrency(2),
+            move |job: JobContext<u64>| {
+                seen.record(&job);
+                let earlier = seen.all().len();
+                async move {
+                    match earlier {
+                        1 | 2 => Err(JobError::snooze(SNOOZE)),
+                        _ => Ok(()),
+                    }
+                }
+            },
+        )
+        .start()
+        .expect("start");
+    wait_for(&worker, "the job completed", |s| s.completed >= 1).await;
+    let stats = worker.shutdown().await;
+    assert_eq!(runs.attempts()[&0], vec![1, 1, 1], "attempts of each run");
+    for pair in runs.all().windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(
+            gap >= SNOOZE,
+            "ran again {gap:?} after a snooze of {SNOOZE:?}"
+        );
+    }
+    assert_eq!(
+        (stats.snoozed, stats.completed, stats.retried, stats.dead),
+        (2, 1, 0, 0),
+        "snoozed / completed / retried / dead"
+    );
+    let left = counts(&broker, &queue).await;
+    assert_eq!(
+        (left.pending, left.scheduled, left.leased, left.dead),
+        (0, 0, 0, 0),
+        "pending / scheduled / leased / dead after the run"
+    );
+}

@@ -130,3 +130,38 @@ impl EventLoop {
         })
     }
 }
+
+/// The loop of a worker with schedules and no queue: nothing to fetch or run, so it only
+/// answers commands, until told to stop.
+pub(crate) async fn without_queues(mut rx: tokio::sync::mpsc::UnboundedReceiver<super::Event>) {
+    fn none<T>(name: String) -> Result<T> {
+        Err(Error::Config(ConfigError::new(
+            "queue",
+            name,
+            "a queue this worker works: it has none, only schedules",
+        )))
+    }
+    while let Some(event) = rx.recv().await {
+        let super::Event::Command(cmd) = event else {
+            continue;
+        };
+        match cmd {
+            Command::Pause(name, reply) | Command::Resume(name, reply) => {
+                let _ = reply.send(none(name));
+            }
+            Command::Counts(name, reply) => {
+                let _ = reply.send(none(name));
+            }
+            Command::Cancel(_, reply) => {
+                let _ = reply.send(false);
+            }
+            Command::Report(reply) => {
+                let _ = reply.send(Vec::new());
+            }
+            Command::Shutdown(_, reply) => {
+                let _ = reply.send(());
+                return;
+            }
+        }
+    }
+}

@@ -199,6 +199,10 @@ impl EventLoop {
                     st.released += 1;
                     q.meters.released.increment(1);
                 }
+                Outcome::Snooze { .. } => {
+                    st.snoozed += 1;
+                    q.meters.snoozed.increment(1);
+                }
                 Outcome::Cancel => st.cancelled += 1,
             }
             self.queue_settlement(d.id, d.lease, d.outcome, Some(qi));

@@ -31,6 +31,8 @@ mod shutdown;
 mod subscriptions;
 mod tasks;
 
+pub(crate) use control::without_queues;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -189,6 +189,7 @@ impl EventLoop {
         let meters = queue.map(|qi| &self.queues[qi].meters);
         match outcome {
             Outcome::Release => st.released += 1,
+            Outcome::Snooze { .. } => st.snoozed += 1,
             Outcome::Cancel => st.cancelled += 1,
             Outcome::Retry { .. } => st.retried += 1,
             Outcome::DeadLetter { .. } => st.dead += 1,
@@ -205,6 +206,7 @@ impl EventLoop {
         if let Some(m) = meters {
             match outcome {
                 Outcome::Release => m.released.increment(1),
+                Outcome::Snooze { .. } => m.snoozed.increment(1),
                 Outcome::Retry { .. } => m.retried.increment(1),
                 Outcome::DeadLetter { .. } => m.dead.increment(1),
                 Outcome::Ack | Outcome::Cancel => {}
