@@ -1,8 +1,10 @@
-//! The instrumentation rows: what a metrics recorder, and spans with a subscriber that
-//! records them, cost a drain. Each row sets `hopper load --instrument …` against the same
-//! drain without it, in interleaved rounds (plain, then each instrumented run, round after
-//! round), so the "raw" column of these rows is Hopper uninstrumented, and the ratio is the
-//! median of each round's instrumented rate over its plain one.
+//! Rows that set a drain with something turned on beside the same drain without it, in
+//! interleaved rounds (plain, then each variant, round after round), so the "raw" column
+//! of these rows is the plain drain, and the ratio is the median of each round's variant
+//! rate over its plain one:
+//! - instrumentation: what a metrics recorder, and spans with a subscriber that records
+//!   them, cost (`hopper load --instrument …`);
+//! - features: what unique keys cost (`hopper load --unique-keys`).
 
 use hopper::Result;
 
@@ -11,8 +13,14 @@ use crate::rounds::{median, median_row, ratio_spread, round_ratios};
 use crate::rtt::{Route, in_scratch};
 use crate::table::Row;
 
-/// The instrumented variants, as `hopper load --instrument` takes them, and their names.
-const VARIANTS: [(&str, &str); 2] = [("metrics", "metrics on"), ("all", "metrics and spans on")];
+/// The instrumented variants, as `hopper load` takes them, and their names.
+const INSTRUMENTED: [(&[&str], &str); 2] = [
+    (&["--instrument", "metrics"], "metrics on"),
+    (&["--instrument", "all"], "metrics and spans on"),
+];
+
+/// The features' variants, as `hopper load` takes them, and their names.
+const FEATURES: [(&[&str], &str); 1] = [(&["--unique-keys"], "a unique key per job")];
 
 /// One drain to measure plain and instrumented.
 struct Drain<'a> {
@@ -45,18 +53,24 @@ impl Drain<'_> {
         Ok(row)
     }
 
-    /// `rounds` interleaved rounds; a row per variant.
-    async fn rows(&self, rounds: usize) -> Result<Vec<Row>> {
+    /// `rounds` interleaved rounds of the plain drain and each of `variants`; a row per
+    /// variant, whose raw column is the drain `plain` names.
+    async fn rows(
+        &self,
+        rounds: usize,
+        variants: &[(&[&str], &str)],
+        plain_is: &str,
+    ) -> Result<Vec<Row>> {
         let mut plain = Vec::new();
-        let mut runs: Vec<Vec<Row>> = VARIANTS.iter().map(|_| Vec::new()).collect();
+        let mut runs: Vec<Vec<Row>> = variants.iter().map(|_| Vec::new()).collect();
         for _ in 0..rounds {
             plain.push(self.once(&[]).await?.hopper_per_s.unwrap_or(0.0));
-            for ((variant, _), runs) in VARIANTS.iter().zip(&mut runs) {
-                runs.push(self.once(&["--instrument", variant]).await?);
+            for ((args, _), runs) in variants.iter().zip(&mut runs) {
+                runs.push(self.once(args).await?);
             }
         }
         let mut rows = Vec::new();
-        for ((_, label), runs) in VARIANTS.iter().zip(runs) {
+        for ((_, label), runs) in variants.iter().zip(runs) {
             let mut ratios = round_ratios(&runs, &plain);
             let spread = ratio_spread(&ratios);
             let mut row = median_row(runs);
@@ -64,7 +78,7 @@ impl Drain<'_> {
             row.raw_per_s = Some(median(&mut plain.clone()));
             row.ratio = Some(median(&mut ratios));
             row.note = format!(
-                "raw: the same drain uninstrumented; medians of {rounds} interleaved rounds, \
+                "raw: the same drain {plain_is}; medians of {rounds} interleaved rounds, \
                  ratio the median of each round's{spread}"
             );
             rows.push(row);
@@ -92,7 +106,7 @@ pub(crate) async fn instrumentation_rows(
         slots: false,
         name: "memory drain, c=8",
     };
-    let mut rows = memory.rows(rounds).await?;
+    let mut rows = memory.rows(rounds, &INSTRUMENTED, "uninstrumented").await?;
     let route = Route::to(postgres, 0.0, false).await?;
     let pg = Drain {
         url: postgres,
@@ -103,6 +117,23 @@ pub(crate) async fn instrumentation_rows(
         slots: true,
         name: "postgres drain, batch 100",
     };
-    rows.extend(pg.rows(sql_rounds).await?);
+    rows.extend(pg.rows(sql_rounds, &INSTRUMENTED, "uninstrumented").await?);
     Ok(rows)
+}
+
+/// The PostgreSQL drain at batch 100 (window the slots) of jobs with a unique key each,
+/// beside the same drain of plain jobs. The row's rate is the drain's; its enqueue rate
+/// is in `hopper load`'s report.
+pub(crate) async fn feature_rows(postgres: &str, jobs: usize, rounds: usize) -> Result<Vec<Row>> {
+    let route = Route::to(postgres, 0.0, false).await?;
+    let pg = Drain {
+        url: postgres,
+        scratch: Some(&route),
+        jobs,
+        concurrency: 100,
+        max_batch: 100,
+        slots: true,
+        name: "postgres drain, batch 100",
+    };
+    pg.rows(rounds, &FEATURES, "of jobs without keys").await
 }

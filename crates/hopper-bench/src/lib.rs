@@ -70,7 +70,7 @@ use hopper::{Error, Result};
 use crate::amqp::amqp_row;
 use crate::amqp_enqueue::amqp_enqueue_row;
 use crate::idle::{IDLE_WATCHED, IDLE_WATCHED_MIN, idle_round_trips};
-use crate::instrument::instrumentation_rows;
+use crate::instrument::{feature_rows, instrumentation_rows};
 use crate::latency::{idle_latency, pg_idle_latency};
 use crate::load::{hopper_load, hopper_load_with};
 use crate::raw::{raw_broker_loop, raw_mpsc};
@@ -80,7 +80,7 @@ use crate::sql::SqlDrain;
 use crate::table::{Row, print_table};
 
 /// What `--only` accepts.
-const WORKLOADS: [&str; 9] = [
+const WORKLOADS: [&str; 10] = [
     "memory",
     "sqlite",
     "postgres",
@@ -90,6 +90,7 @@ const WORKLOADS: [&str; 9] = [
     "idle",
     "rss",
     "instrument",
+    "features",
 ];
 
 /// What to measure and where: `hopper bench`'s flags. [`run`]'s errors name a setting by
@@ -97,7 +98,7 @@ const WORKLOADS: [&str; 9] = [
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Workloads to run: any of memory, sqlite, postgres, mysql, amqp, latency, idle, rss,
-    /// instrument (`--only`). The rows come in that order whatever the order asked.
+    /// instrument, features (`--only`). The rows come in that order whatever the order asked.
     pub only: Vec<String>,
     /// The PostgreSQL server; each run uses a scratch schema of its own (the idle rows a
     /// scratch database).
@@ -285,6 +286,9 @@ pub async fn run(options: Options) -> Result<()> {
         let (memory, pg) = (n(1_000_000), n(100_000));
         let found = instrumentation_rows(&options.postgres, memory, pg, rounds, sql_rounds).await?;
         rows.extend(found);
+    }
+    if wants("features") {
+        rows.extend(feature_rows(&options.postgres, n(100_000), sql_rounds).await?);
     }
     if wants("rss") {
         let url = format!("sqlite://{}/rss.db", dir.display());

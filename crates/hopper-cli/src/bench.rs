@@ -10,11 +10,12 @@ use hopper::Result;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Workloads to run, comma-separated: memory, sqlite, postgres, mysql, amqp, latency,
-    /// idle, rss, instrument (metrics and spans on beside off).
+    /// idle, rss, instrument (metrics and spans on beside off), features (unique keys on
+    /// beside off).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "memory,sqlite,postgres,mysql,amqp,latency,idle,rss,instrument"
+        default_value = "memory,sqlite,postgres,mysql,amqp,latency,idle,rss,instrument,features"
     )]
     only: Vec<String>,
     /// The PostgreSQL server; each run uses a scratch schema of its own (the idle rows a

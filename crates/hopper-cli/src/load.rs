@@ -76,6 +76,9 @@ pub struct LoadArgs {
     /// spans too (at `info`, through the log subscriber): to measure what that costs.
     #[arg(long, value_enum)]
     pub instrument: Option<Instrument>,
+    /// Give each job a unique key of its own (`load-INDEX`): to measure what keys cost.
+    #[arg(long)]
+    unique_keys: bool,
     /// Use a batch handler taking batches of this size.
     #[arg(long)]
     batch: Option<usize>,
@@ -413,7 +416,11 @@ async fn enqueue(producer: &Arc<dyn Broker>, args: &LoadArgs) -> Result<f64> {
     let mut in_flight = tokio::task::JoinSet::new();
     for i in 0..args.jobs {
         let queue = &args.queues[i % args.queues.len()];
-        chunk.push(NewJob::json(queue, &(i, micros_now()))?);
+        let job = NewJob::json(queue, &(i, micros_now()))?;
+        chunk.push(match args.unique_keys {
+            true => job.unique_key(format!("load-{i}")),
+            false => job,
+        });
         if chunk.len() == ENQUEUE_CHUNK || i + 1 == args.jobs {
             if in_flight.len() == ENQUEUE_IN_FLIGHT {
                 joined(in_flight.join_next().await)?;

@@ -18,6 +18,7 @@
 //! - `workers`: the live workers a broker lists (`hopper workers`).
 
 mod bench;
+mod cron;
 mod dead;
 mod demo;
 mod enqueue;
@@ -96,6 +97,11 @@ enum Command {
         #[command(subcommand)]
         command: queue::QueueCommand,
     },
+    /// Periodic jobs: the schedules live workers hold, with their next and latest slots.
+    Cron {
+        #[command(subcommand)]
+        command: cron::CronCommand,
+    },
     /// Serve the dashboard's JSON API (queues, jobs, dead letters, workers) over HTTP.
     Serve(serve::ServeArgs),
     /// Work queues by running a command per job (payload on its standard input).
@@ -162,6 +168,7 @@ fn main() -> ExitCode {
             Command::Jobs { command } => jobs::run(&cli.broker, command).await,
             Command::Dead { command } => dead::run(&cli.broker, command).await,
             Command::Queue { command } => queue::run(&cli.broker, command).await,
+            Command::Cron { command } => cron::run(&cli.broker, command).await,
             Command::Serve(args) => serve::run(&cli.broker, args).await,
             Command::Work(args) => work::run(&cli.broker, args).await,
             Command::Workers(args) => workers::run(&cli.broker, args).await,

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use crate::admin::{AttemptError, JobPage, JobQuery, QueueStatus, Selection};
 use crate::error::{Error, Result};
+pub use crate::job::JobState;
 use crate::job::{Enqueued, Job, JobId, LeaseId, Limits, Millis, NewJob};
 use crate::registry::{Bucket, WorkerBeat, WorkerInfo};
 
@@ -122,34 +123,6 @@ pub struct SettleReport {
     pub applied: usize,
     /// Jobs whose settlement was ignored because the lease named was no longer theirs.
     pub fenced: Vec<JobId>,
-}
-
-/// Where a job stands in its broker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum JobState {
-    /// Waiting to be fetched (possibly not due yet).
-    Pending,
-    /// Held by a fetch's lease.
-    Leased,
-    /// Finished and retained.
-    Completed,
-    /// Dead-lettered.
-    Dead,
-    /// Cancelled before it ran.
-    Cancelled,
-}
-
-impl JobState {
-    /// The state's name as commands and the API print it.
-    pub fn name(self) -> &'static str {
-        match self {
-            JobState::Pending => "pending",
-            JobState::Leased => "leased",
-            JobState::Completed => "completed",
-            JobState::Dead => "dead",
-            JobState::Cancelled => "cancelled",
-        }
-    }
 }
 
 /// A job as the broker stores it, for inspection.

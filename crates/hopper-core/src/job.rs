@@ -213,6 +213,34 @@ pub fn headers_for_record(text: Option<&str>) -> BTreeMap<String, String> {
     })
 }
 
+/// Where a job stands in its broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Waiting to be fetched (possibly not due yet).
+    Pending,
+    /// Held by a fetch's lease.
+    Leased,
+    /// Finished and retained.
+    Completed,
+    /// Dead-lettered.
+    Dead,
+    /// Cancelled before it ran.
+    Cancelled,
+}
+
+impl JobState {
+    /// The state's name as commands and the API print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Leased => "leased",
+            JobState::Completed => "completed",
+            JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// A job as a worker holds it: claimed under a lease by one fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {

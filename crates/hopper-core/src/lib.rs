@@ -47,7 +47,7 @@ pub use job::{
 };
 pub use memory::MemoryBroker;
 pub use prefetch::{AutoSizer, Prefetch};
-pub use registry::{Bucket, QueueBeat, WorkerBeat, WorkerInfo};
+pub use registry::{Bucket, QueueBeat, ScheduleBeat, ScheduleInfo, WorkerBeat, WorkerInfo};
 pub use retry::RetryPolicy;
 pub use schedule::{Missed, Schedule};
 pub use url::{BrokerUrl, redact_url};

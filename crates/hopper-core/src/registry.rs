@@ -62,6 +62,56 @@ pub struct QueueBeat {
     pub lease_expires_at: Option<Millis>,
 }
 
+/// What a worker says of one of its schedules ([`crate::Schedule`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleBeat {
+    /// The schedule's name.
+    pub name: String,
+    /// The queue its jobs go to.
+    pub queue: String,
+    /// Its cron expression and time zone, or its interval.
+    pub spec: String,
+    /// Its next slot (ms since the epoch), if there is one.
+    #[serde(default)]
+    pub next_at: Option<Millis>,
+    /// The latest slot it enqueued or found enqueued (ms since the epoch), since it started.
+    #[serde(default)]
+    pub last_at: Option<Millis>,
+}
+
+/// One schedule as the live workers holding it report it together: the earliest next
+/// slot, the latest slot enqueued, and how many workers hold it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleInfo {
+    /// The schedule as the first worker (oldest first) reports it.
+    pub schedule: ScheduleBeat,
+    /// How many live workers hold a schedule of that name.
+    pub workers: usize,
+}
+
+/// The schedules of `workers`, merged by name, in name order.
+pub fn schedules(workers: &[WorkerInfo]) -> Vec<ScheduleInfo> {
+    let mut by_name = std::collections::BTreeMap::<&str, ScheduleInfo>::new();
+    for beat in workers.iter().flat_map(|w| &w.schedules) {
+        let info = by_name.entry(&beat.name).or_insert_with(|| ScheduleInfo {
+            schedule: ScheduleBeat {
+                next_at: None,
+                last_at: None,
+                ..beat.clone()
+            },
+            workers: 0,
+        });
+        info.workers += 1;
+        let s = &mut info.schedule;
+        s.next_at = match (s.next_at, beat.next_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        s.last_at = s.last_at.max(beat.last_at);
+    }
+    by_name.into_values().collect()
+}
+
 /// A worker as the broker lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerInfo {
@@ -79,6 +129,8 @@ pub struct WorkerInfo {
     pub expires_at: Millis,
     /// Its queues, in the order it was built with.
     pub queues: Vec<QueueBeat>,
+    /// Its schedules, in the order it was built with.
+    pub schedules: Vec<ScheduleBeat>,
 }
 
 impl WorkerInfo {
@@ -94,6 +146,7 @@ impl WorkerInfo {
             heartbeat_at: 0,
             expires_at: 0,
             queues,
+            schedules: Vec::new(),
         }
     }
 
@@ -281,6 +334,46 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("worker id")
+        );
+    }
+
+    #[test]
+    fn schedules_merge_by_name_across_workers() {
+        let beat = |name: &str, next: Option<Millis>, last: Option<Millis>| ScheduleBeat {
+            name: name.into(),
+            queue: "q".into(),
+            spec: "every 60s".into(),
+            next_at: next,
+            last_at: last,
+        };
+        let worker = |schedules| WorkerInfo {
+            schedules,
+            ..WorkerInfo::this_process(0, Vec::new())
+        };
+        let workers = [
+            worker(vec![
+                beat("tick", Some(120), Some(60)),
+                beat("a", None, None),
+            ]),
+            worker(vec![beat("tick", Some(180), Some(120))]),
+            worker(vec![beat("tick", None, None)]),
+        ];
+        let merged = schedules(&workers);
+        let summary: Vec<_> = merged
+            .iter()
+            .map(|s| {
+                (
+                    s.schedule.name.as_str(),
+                    s.schedule.next_at,
+                    s.schedule.last_at,
+                    s.workers,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [("a", None, None, 1), ("tick", Some(120), Some(120), 3)],
+            "by name; the earliest next slot, the latest slot, every holder counted"
         );
     }
 }

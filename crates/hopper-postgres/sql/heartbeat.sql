@@ -4,7 +4,8 @@
 --
 -- $1 id, $2 host, $3 pid, $4 started_at, $5 ttl (ms), $6 the queues as JSON, $7 now (NULL:
 -- the database clock); $8 to $11 the queues that settled anything and their completed,
--- failed and dead counts; $12 the span of a bucket and $13 how long buckets are kept (ms).
+-- failed and dead counts; $12 the span of a bucket and $13 how long buckets are kept (ms);
+-- $14 the schedules as JSON.
 --
 -- Reports of many workers run at once: buckets are written in queue order, and the deletes
 -- skip rows another report holds, so two reports never wait on each other in a cycle. The
@@ -16,10 +17,10 @@ WITH now AS (
 ),
 worker AS (
     INSERT INTO {schema}.hopper_workers AS w
-        (id, host, pid, started_at, heartbeat_at, expires_at, queues)
+        (id, host, pid, started_at, heartbeat_at, expires_at, queues, schedules)
     SELECT $1::text, $2::text, $3::bigint, $4::bigint, now.ms,
            now.ms + least($5::bigint, 9223372036854775807 - greatest(now.ms, 0)),
-           $6::text::jsonb
+           $6::text::jsonb, $14::text::jsonb
     FROM now
     ON CONFLICT (id) DO UPDATE
     SET host = excluded.host,
@@ -27,7 +28,8 @@ worker AS (
         started_at = excluded.started_at,
         heartbeat_at = excluded.heartbeat_at,
         expires_at = excluded.expires_at,
-        queues = excluded.queues
+        queues = excluded.queues,
+        schedules = excluded.schedules
 ),
 settled AS (
     INSERT INTO {schema}.hopper_throughput AS t (queue, bucket, completed, failed, dead)

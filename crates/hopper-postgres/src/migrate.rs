@@ -18,6 +18,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0005_operator_calls.sql"),
     include_str!("../migrations/0006_workers.sql"),
     include_str!("../migrations/0007_unique_keys.sql"),
+    include_str!("../migrations/0008_worker_schedules.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.

@@ -9,7 +9,7 @@
 
 use hopper_core::Millis;
 use hopper_core::admin::Throughput;
-use hopper_core::registry::{Bucket, KEPT, QueueBeat, WorkerBeat, WorkerInfo, bucket_of};
+use hopper_core::registry::{Bucket, KEPT, WorkerBeat, WorkerInfo, bucket_of};
 use rusqlite::{Connection, Row, params};
 
 use crate::sql;
@@ -23,6 +23,8 @@ const HOUR: Millis = 3_600_000;
 pub(crate) fn heartbeat(conn: &Connection, beat: &WorkerBeat, now: Millis) -> rusqlite::Result<()> {
     let w = &beat.worker;
     let queues = serde_json::to_string(&w.queues).expect("a worker's queues serialize to JSON");
+    let schedules =
+        serde_json::to_string(&w.schedules).expect("a worker's schedules serialize to JSON");
     let expires = now.saturating_add(beat.ttl_millis());
     conn.prepare_cached(sql::UPSERT_WORKER)?.execute(params![
         w.id,
@@ -31,7 +33,8 @@ pub(crate) fn heartbeat(conn: &Connection, beat: &WorkerBeat, now: Millis) -> ru
         w.started_at,
         now,
         expires,
-        queues
+        queues,
+        schedules
     ])?;
     let bucket = bucket_of(now);
     let mut add = conn.prepare_cached(sql::ADD_THROUGHPUT)?;
@@ -97,24 +100,31 @@ pub(crate) fn buckets(
         .collect()
 }
 
-/// A row of `LIVE_WORKERS`. Queues that cannot be read (a report of another version, or a
-/// row written by another program) leave the worker listed with none, and a warning: one
-/// bad row must not hide every worker.
+/// A row of `LIVE_WORKERS`. Queues or schedules that cannot be read (a report of another
+/// version, or a row written by another program) leave the worker listed with none, and a
+/// warning: one bad row must not hide every worker.
 fn worker_from_row(row: &Row<'_>) -> rusqlite::Result<WorkerInfo> {
     let id: String = row.get(0)?;
-    let text: String = row.get(6)?;
-    let queues = serde_json::from_str::<Vec<QueueBeat>>(&text).unwrap_or_else(|e| {
-        tracing::warn!(worker = %id, error = %e, "a worker's queues cannot be read; listed with none");
-        Vec::new()
-    });
+    let queues: String = row.get(6)?;
+    let schedules: String = row.get(7)?;
     Ok(WorkerInfo {
+        queues: or_none(&id, "queues", serde_json::from_str(&queues)),
+        schedules: or_none(&id, "schedules", serde_json::from_str(&schedules)),
         id,
         host: row.get(1)?,
         pid: row.get(2)?,
         started_at: row.get(3)?,
         heartbeat_at: row.get(4)?,
         expires_at: row.get(5)?,
-        queues,
+    })
+}
+
+/// A list of a worker's row as read, or none when it could not be (`what` names it in the
+/// warning).
+fn or_none<T>(worker: &str, what: &str, read: serde_json::Result<Vec<T>>) -> Vec<T> {
+    read.unwrap_or_else(|e| {
+        tracing::warn!(%worker, error = %e, "a worker's {what} cannot be read; listed with none");
+        Vec::new()
     })
 }
 
@@ -132,7 +142,7 @@ fn count(n: i64) -> u64 {
 mod tests {
     use std::time::Duration;
 
-    use hopper_core::registry::{QueueBeat, WorkerBeat, WorkerInfo};
+    use hopper_core::registry::{QueueBeat, ScheduleBeat, WorkerBeat, WorkerInfo};
     use rusqlite::Connection;
 
     use super::*;
@@ -152,6 +162,13 @@ mod tests {
         };
         let mut worker = WorkerInfo::this_process(started_at, vec![queue]);
         worker.id = id.into();
+        worker.schedules = vec![ScheduleBeat {
+            name: "nightly".into(),
+            queue: "q".into(),
+            spec: "0 3 * * *".into(),
+            next_at: Some(started_at + 1_000),
+            last_at: None,
+        }];
         WorkerBeat {
             worker,
             ttl: Duration::from_secs(30),
@@ -176,6 +193,27 @@ mod tests {
             .map(|w| (w.id.as_str(), w.queues.len()))
             .collect();
         assert_eq!(listed, [("a", 1), ("b", 0)]);
+    }
+
+    /// Schedules that are JSON but not a list of schedules read as none, the worker and its
+    /// queues listed as reported; the other worker's schedules read back as written.
+    #[test]
+    fn unreadable_schedules_list_the_worker_with_none() {
+        let conn = migrated();
+        heartbeat(&conn, &beat("a", 1), 1_000).unwrap();
+        heartbeat(&conn, &beat("b", 2), 1_000).unwrap();
+        conn.execute(
+            r#"UPDATE hopper_workers SET schedules = '{"name": "nightly"}' WHERE id = 'b'"#,
+            [],
+        )
+        .unwrap();
+        let live = workers(&conn, 1_000).unwrap();
+        let listed: Vec<(&str, usize, usize)> = live
+            .iter()
+            .map(|w| (w.id.as_str(), w.queues.len(), w.schedules.len()))
+            .collect();
+        assert_eq!(listed, [("a", 1, 1), ("b", 1, 0)]);
+        assert_eq!(live[0].schedules, beat("a", 1).worker.schedules);
     }
 
     /// Reports add into one bucket, and a later report deletes expired workers and buckets.

@@ -150,6 +150,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0004_operator_calls.sql"),
     include_str!("../migrations/0005_worker_registry.sql"),
     include_str!("../migrations/0006_unique_keys.sql"),
+    include_str!("../migrations/0007_worker_schedules.sql"),
 ];
 
 #[cfg(test)]

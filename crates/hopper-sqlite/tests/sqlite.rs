@@ -15,6 +15,7 @@ mod sqlite {
     mod pausing;
     mod ranges;
     mod registry_migration;
+    mod schedules_migration;
     mod sharing;
     mod suite;
     pub mod support;

@@ -221,6 +221,34 @@ pub struct WorkerView {
     pub heartbeat_at: i64,
     pub expires_at: i64,
     pub queues: Vec<WorkerQueueView>,
+    /// Its schedules of periodic jobs.
+    pub schedules: Vec<ScheduleView>,
+}
+
+/// A schedule of periodic jobs a worker holds.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ScheduleView {
+    pub name: String,
+    /// The queue its jobs go to.
+    pub queue: String,
+    /// Its cron expression and time zone, or its interval.
+    pub spec: String,
+    /// Its next slot (ms since the epoch).
+    pub next_at: Option<i64>,
+    /// The latest slot the worker enqueued or found enqueued (ms since the epoch).
+    pub last_at: Option<i64>,
+}
+
+impl From<&hopper::ScheduleBeat> for ScheduleView {
+    fn from(s: &hopper::ScheduleBeat) -> Self {
+        ScheduleView {
+            name: s.name.clone(),
+            queue: s.queue.clone(),
+            spec: s.spec.clone(),
+            next_at: s.next_at,
+            last_at: s.last_at,
+        }
+    }
 }
 
 impl From<&WorkerInfo> for WorkerView {
@@ -233,6 +261,7 @@ impl From<&WorkerInfo> for WorkerView {
             heartbeat_at: w.heartbeat_at,
             expires_at: w.expires_at,
             queues: w.queues.iter().map(WorkerQueueView::from).collect(),
+            schedules: w.schedules.iter().map(ScheduleView::from).collect(),
         }
     }
 }

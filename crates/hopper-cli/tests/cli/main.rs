@@ -2,6 +2,7 @@
 //! the bench's workloads, enqueue from the command line, bad input.
 
 mod bench;
+mod cron;
 mod demo;
 mod enqueue;
 mod errors;

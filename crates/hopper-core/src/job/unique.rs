@@ -9,8 +9,7 @@
 
 use std::time::Duration;
 
-use super::{MAX_DELAY, Millis, NewJob};
-use crate::broker::JobState;
+use super::{JobState, MAX_DELAY, Millis, NewJob};
 use crate::error::{ConfigError, Error};
 use crate::id::JobId;
 

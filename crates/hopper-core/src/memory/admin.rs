@@ -153,7 +153,7 @@ impl MemoryBroker {
                     st.queue(&job.queue).push(job, now);
                 } else {
                     st.errors.remove(&id);
-                    st.unique_gone(id);
+                    st.holds.gone(id);
                 }
             }
             for name in touched {

@@ -32,7 +32,7 @@ use crate::clock::Clock;
 use crate::error::Result;
 use crate::job::{Enqueued, Job, JobCopy, JobId, LeaseId, Millis, earlier_with_key};
 use crate::registry::{Bucket, WorkerBeat, WorkerInfo};
-use state::{Held, Lease, State};
+use state::{Held, Lease, State, status};
 pub use topic::{Subscription, Topic};
 
 /// The in-process broker. Cheap to clone: clones share the same queues.
@@ -123,7 +123,8 @@ impl Broker for MemoryBroker {
                 }
                 let unique = new.unique.take();
                 if let Some(u) = &unique {
-                    if let Some(holder) = st.holder(&new.queue, &u.key, now) {
+                    let holder = st.holds.holder(&new.queue, &u.key, now, |id| st.status(id));
+                    if let Some(holder) = holder {
                         ids.push(Enqueued::existing(holder));
                         continue;
                     }
@@ -144,7 +145,9 @@ impl Broker for MemoryBroker {
                     lease: LeaseId(0),
                 };
                 if let Some(u) = unique {
-                    st.hold(&job.queue, u, id, now);
+                    let st = &mut *st;
+                    let (holds, leased, finished) = (&mut st.holds, &st.leased, &st.finished);
+                    holds.hold(&job.queue, u, id, now, |id| status(leased, finished, id));
                 }
                 match st.queues.get_mut(&job.queue) {
                     Some(q) => q.push(job, now),
@@ -246,7 +249,7 @@ impl Broker for MemoryBroker {
                     if !st.errors.is_empty() {
                         st.errors.remove(&s.job);
                     }
-                    st.unique_gone(s.job);
+                    st.holds.gone(s.job);
                     continue;
                 }
                 let mut job = st.job_of(held);
@@ -350,7 +353,7 @@ impl Broker for MemoryBroker {
         let mut st = self.state();
         let mut gone = 0u64;
         let index = st.name_index(queue);
-        st.unique_purged(queue);
+        st.holds.purged(queue);
         if let Some(q) = st.queues.remove(queue) {
             gone += (q.ready_len + q.delayed.len() + q.dead.len()) as u64;
             for id in q.dead {

@@ -185,8 +185,26 @@ impl State {
         self.finished.insert(id, record);
     }
 
+    /// What `id` is when held or finished, with its attempts: `None` for any other job.
+    pub(super) fn status(&self, id: JobId) -> Option<(JobState, u32)> {
+        status(&self.leased, &self.finished, id)
+    }
+
     pub(super) fn dead_letter(&mut self, job: Job, error: String, now: Millis) {
         self.record_error(&job, &error, now);
         self.finish(job, JobState::Dead, now);
     }
+}
+
+/// [`State::status`], from the two maps alone, for a caller that holds the rest of the
+/// state mutably.
+pub(super) fn status(
+    leased: &IdMap<JobId, Held>,
+    finished: &IdMap<JobId, JobRecord>,
+    id: JobId,
+) -> Option<(JobState, u32)> {
+    if let Some(held) = leased.get(&id) {
+        return Some((JobState::Leased, held.copy.attempt()));
+    }
+    finished.get(&id).map(|rec| (rec.state, rec.job.attempt))
 }

@@ -1,16 +1,18 @@
 //! Unique keys on the memory broker ([`crate::job::UniqueScope`]): each key's holder, and
 //! the jobs holding keys that have not left the broker, by which a holder is known to be
 //! still pending. Every hook below costs one emptiness test while no job has a key.
+//!
+//! What a holder is when it is held or finished, the broker's state says; the calls here
+//! take it as `status`.
 
 use std::collections::HashMap;
 
-use super::state::State;
-use crate::broker::JobState;
+use crate::job::JobState;
 use crate::job::{IdMap, JobId, Millis, UniqueKey, UniqueScope};
 
 /// The job holding a key, with its scope's code and, for a period, its end.
 #[derive(Debug)]
-pub(super) struct Hold {
+struct Hold {
     job: JobId,
     code: i16,
     until: Option<Millis>,
@@ -28,55 +30,78 @@ pub(super) struct Holds {
 }
 
 impl Holds {
+    /// The job holding `key` in `queue` at `now`, if its hold still stands. `status` says
+    /// what a job held or finished is, and its attempts; `None` for any other job.
+    pub(super) fn holder(
+        &self,
+        queue: &str,
+        key: &str,
+        now: Millis,
+        status: impl Fn(JobId) -> Option<(JobState, u32)>,
+    ) -> Option<JobId> {
+        let hold = self.by_key.get(&(queue.to_owned(), key.to_owned()))?;
+        self.stands(hold, now, &status).then_some(hold.job)
+    }
+
+    fn stands(
+        &self,
+        hold: &Hold,
+        now: Millis,
+        status: &impl Fn(JobId) -> Option<(JobState, u32)>,
+    ) -> bool {
+        // Not held nor finished but still here: pending. A queued-scope holder leaves
+        // `waiting` when first taken, so one found here was never charged.
+        let state = status(hold.job).or_else(|| {
+            self.waiting
+                .contains_key(&hold.job)
+                .then_some((JobState::Pending, if hold.code == 0 { 0 } else { 1 }))
+        });
+        UniqueScope::holds(hold.code, state, hold.until, now)
+    }
+
+    /// Records `job` as the holder of `unique` in `queue`, taken at `now`; prunes the
+    /// keys whose holds ended once they have doubled since the last pruning.
+    pub(super) fn hold(
+        &mut self,
+        queue: &str,
+        unique: UniqueKey,
+        job: JobId,
+        now: Millis,
+        status: impl Fn(JobId) -> Option<(JobState, u32)>,
+    ) {
+        let code = unique.scope.code();
+        let until = unique.scope.until(now);
+        self.by_key
+            .insert((queue.to_owned(), unique.key), Hold { job, code, until });
+        self.waiting.insert(job, code);
+        if self.by_key.len() > (2 * self.kept).max(1024) {
+            self.prune(now, &status);
+            self.kept = self.by_key.len();
+        }
+    }
+
     /// A worker took `job`: a queued-scope hold ends.
     pub(super) fn taken(&mut self, job: JobId) {
         if !self.waiting.is_empty() && self.waiting.get(&job) == Some(&0) {
             self.waiting.remove(&job);
         }
     }
-}
 
-impl State {
-    /// The job holding `key` in `queue` at `now`, if its hold still stands.
-    pub(super) fn holder(&self, queue: &str, key: &str, now: Millis) -> Option<JobId> {
-        let hold = self.holds.by_key.get(&(queue.to_owned(), key.to_owned()))?;
-        let state = if let Some(held) = self.leased.get(&hold.job) {
-            Some((JobState::Leased, held.copy.attempt()))
-        } else if let Some(rec) = self.finished.get(&hold.job) {
-            Some((rec.state, rec.job.attempt))
-        } else {
-            // Still here and not held nor finished: pending. A queued-scope holder leaves
-            // `waiting` when first taken, so one found here was never charged.
-            self.holds
-                .waiting
-                .contains_key(&hold.job)
-                .then_some((JobState::Pending, if hold.code == 0 { 0 } else { 1 }))
-        };
-        UniqueScope::holds(hold.code, state, hold.until, now).then_some(hold.job)
-    }
-
-    /// Records `job` as the holder of `unique` in `queue`, taken at `now`.
-    pub(super) fn hold(&mut self, queue: &str, unique: UniqueKey, job: JobId, now: Millis) {
-        let code = unique.scope.code();
-        let until = unique.scope.until(now);
-        self.holds
-            .by_key
-            .insert((queue.to_owned(), unique.key), Hold { job, code, until });
-        self.holds.waiting.insert(job, code);
-        if self.holds.by_key.len() > (2 * self.holds.kept).max(1024) {
-            self.prune_holds(now);
-            self.holds.kept = self.holds.by_key.len();
+    /// `job` left the broker (acknowledged, discarded): its hold ends.
+    pub(super) fn gone(&mut self, job: JobId) {
+        if !self.waiting.is_empty() {
+            self.waiting.remove(&job);
         }
     }
 
     /// `queue` was purged: its jobs' holds end, but not holds for a period, which outlive
     /// their jobs.
-    pub(super) fn unique_purged(&mut self, queue: &str) {
-        if self.holds.by_key.is_empty() {
+    pub(super) fn purged(&mut self, queue: &str) {
+        if self.by_key.is_empty() {
             return;
         }
-        let waiting = &mut self.holds.waiting;
-        self.holds.by_key.retain(|(q, _), hold| {
+        let waiting = &mut self.waiting;
+        self.by_key.retain(|(q, _), hold| {
             let keep = q != queue || hold.code == 2;
             if !keep {
                 waiting.remove(&hold.job);
@@ -85,31 +110,19 @@ impl State {
         });
     }
 
-    /// `job` left the broker (acknowledged, discarded, purged): its hold ends.
-    pub(super) fn unique_gone(&mut self, job: JobId) {
-        if !self.holds.waiting.is_empty() {
-            self.holds.waiting.remove(&job);
-        }
-    }
-
-    /// Drops the holds of keys whose hold can no longer stand, so that keys used once do
-    /// not stay forever: those of jobs gone, finished or past their period.
-    pub(super) fn prune_holds(&mut self, now: Millis) {
-        if self.holds.by_key.is_empty() {
-            return;
-        }
-        let stale: Vec<(String, String)> = self
-            .holds
+    /// Drops the keys whose hold can no longer stand, so that keys used once do not stay
+    /// forever.
+    fn prune(&mut self, now: Millis, status: &impl Fn(JobId) -> Option<(JobState, u32)>) {
+        let stale: Vec<((String, String), JobId)> = self
             .by_key
             .iter()
-            .filter(|((q, k), _)| self.holder(q, k, now).is_none())
-            .map(|(key, _)| key.clone())
+            .filter(|(_, hold)| !self.stands(hold, now, status))
+            .map(|(key, hold)| (key.clone(), hold.job))
             .collect();
-        for key in stale {
-            if let Some(hold) = self.holds.by_key.remove(&key) {
-                if !self.leased.contains_key(&hold.job) && !self.finished.contains_key(&hold.job) {
-                    self.holds.waiting.remove(&hold.job);
-                }
+        for (key, job) in stale {
+            self.by_key.remove(&key);
+            if status(job).is_none() {
+                self.waiting.remove(&job);
             }
         }
     }

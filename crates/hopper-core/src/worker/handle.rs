@@ -7,7 +7,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::event_loop::{self, Command};
 use super::heartbeat::Heartbeat;
-use super::periodic::Periodic;
+use super::periodic::{self, Periodic};
 use super::stats::WorkerStats;
 use super::{QueueSpec, WorkerConfig};
 use crate::broker::{Broker, CancelOutcome};
@@ -47,6 +47,7 @@ impl Worker {
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Mutex::new(WorkerStats::default()));
+        let beats = Arc::new(Mutex::new(periodic::first_beats(&schedules)));
         let heartbeat = config
             .heartbeat
             .filter(|_| broker.capabilities().admin.workers)
@@ -56,12 +57,14 @@ impl Worker {
                 events: tx.clone(),
                 every,
                 queues: queues.iter().map(|q| q.name.clone()).collect(),
+                schedules: beats.clone(),
             });
         let periodic = (!schedules.is_empty()).then(|| Periodic {
             broker: broker.clone(),
             schedules,
             clock: config.clock,
             stats: stats.clone(),
+            beats,
         });
         let (ended, on_end) = watch::channel(false);
         let join = if queues.is_empty() {

@@ -19,7 +19,9 @@ use super::stats::WorkerStats;
 use crate::admin::Throughput;
 use crate::broker::Broker;
 use crate::job::to_millis;
-use crate::registry::{FETCHES_PER_REPORT, MISSED_BEATS, QueueBeat, WorkerBeat, WorkerInfo};
+use crate::registry::{
+    FETCHES_PER_REPORT, MISSED_BEATS, QueueBeat, ScheduleBeat, WorkerBeat, WorkerInfo,
+};
 
 /// Where the heartbeat reads from and what it reports.
 pub(super) struct Heartbeat {
@@ -29,6 +31,8 @@ pub(super) struct Heartbeat {
     pub(super) every: Duration,
     /// The queues, in the order the worker was built with.
     pub(super) queues: Vec<String>,
+    /// The schedules, as the periodic task keeps them up to date.
+    pub(super) schedules: Arc<Mutex<Vec<ScheduleBeat>>>,
 }
 
 impl Heartbeat {
@@ -65,6 +69,11 @@ impl Heartbeat {
                 }
                 info.queues = queues;
             }
+            info.schedules = self
+                .schedules
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
             let (settled, totals) = self.settled_since(&reported);
             if !stopping || !settled.is_empty() {
                 let beat = WorkerBeat {

@@ -15,6 +15,7 @@ use super::stats::WorkerStats;
 use crate::broker::Broker;
 use crate::clock::Clock;
 use crate::job::Millis;
+use crate::registry::ScheduleBeat;
 use crate::schedule::{Missed, Schedule};
 
 /// First wait after a failed enqueue of a slot; it doubles up to [`RETRY_MAX`].
@@ -27,21 +28,43 @@ pub(super) struct Periodic {
     pub(super) schedules: Vec<Schedule>,
     pub(super) clock: Clock,
     pub(super) stats: Arc<Mutex<WorkerStats>>,
+    /// Each schedule's next and latest slot, for the worker's reports.
+    pub(super) beats: Arc<Mutex<Vec<ScheduleBeat>>>,
+}
+
+/// What the worker reports of `schedules` before their first slot.
+pub(super) fn first_beats(schedules: &[Schedule]) -> Vec<ScheduleBeat> {
+    schedules
+        .iter()
+        .map(|s| ScheduleBeat {
+            name: s.name().to_owned(),
+            queue: s.queue().to_owned(),
+            spec: s.spec().to_owned(),
+            next_at: None,
+            last_at: None,
+        })
+        .collect()
 }
 
 impl Periodic {
     /// Runs every schedule until `ended` turns true (the worker is stopping).
     pub(super) async fn run(self, ended: watch::Receiver<bool>) {
-        let runs = self.schedules.into_iter().map(|schedule| {
-            let one = One {
-                broker: self.broker.clone(),
-                schedule,
-                clock: self.clock,
-                stats: self.stats.clone(),
-                ended: ended.clone(),
-            };
-            one.run()
-        });
+        let runs = self
+            .schedules
+            .into_iter()
+            .enumerate()
+            .map(|(index, schedule)| {
+                let one = One {
+                    broker: self.broker.clone(),
+                    schedule,
+                    clock: self.clock,
+                    stats: self.stats.clone(),
+                    ended: ended.clone(),
+                    beats: self.beats.clone(),
+                    index,
+                };
+                one.run()
+            });
         futures_util::future::join_all(runs).await;
     }
 }
@@ -53,6 +76,9 @@ struct One {
     clock: Clock,
     stats: Arc<Mutex<WorkerStats>>,
     ended: watch::Receiver<bool>,
+    beats: Arc<Mutex<Vec<ScheduleBeat>>>,
+    /// This schedule's place in `beats`.
+    index: usize,
 }
 
 impl One {
@@ -63,6 +89,7 @@ impl One {
             Missed::Skip => self.schedule.next_after(now),
         };
         while let Some(at) = slot {
+            self.beat(|b| b.next_at = Some(at));
             if !self.until(at).await {
                 return;
             }
@@ -71,6 +98,15 @@ impl One {
                 return;
             }
             slot = next;
+        }
+        self.beat(|b| b.next_at = None);
+    }
+
+    /// Updates what the worker reports of this schedule.
+    fn beat(&self, change: impl FnOnce(&mut ScheduleBeat)) {
+        let mut beats = self.beats.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = beats.get_mut(self.index) {
+            change(b);
         }
     }
 
@@ -100,6 +136,7 @@ impl One {
             let job = self.schedule.slot_job(slot);
             match self.broker.enqueue_reported(vec![job]).await {
                 Ok(done) => {
+                    self.beat(|b| b.last_at = Some(slot));
                     let mut st = self.stats.lock().unwrap_or_else(|e| e.into_inner());
                     match done.first() {
                         Some(e) if e.existing => st.slots_taken_elsewhere += 1,

@@ -10,7 +10,9 @@
 //! expired is listed between prunes.
 
 use hopper_core::job::validate_queue_name;
-use hopper_core::{Bucket, Error, Millis, QueueBeat, Result, Throughput, WorkerBeat, WorkerInfo};
+use hopper_core::{
+    Bucket, Error, Millis, QueueBeat, Result, ScheduleBeat, Throughput, WorkerBeat, WorkerInfo,
+};
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
@@ -30,6 +32,8 @@ pub(crate) struct Beat {
     ttl: Millis,
     /// The worker's queues as JSON.
     queues: String,
+    /// The worker's schedules as JSON, stored beside its queues in the same statement.
+    schedules: String,
     /// What it settled, per queue, in name order (the order buckets are locked in).
     settled: Vec<(String, Throughput)>,
 }
@@ -42,8 +46,9 @@ impl Beat {
         for (queue, _) in &beat.settled {
             validate_queue_name(queue)?;
         }
-        let queues =
-            serde_json::to_string(&beat.worker.queues).map_err(|e| Error::Encode(e.to_string()))?;
+        let encode = |e: serde_json::Error| Error::Encode(e.to_string());
+        let queues = serde_json::to_string(&beat.worker.queues).map_err(encode)?;
+        let schedules = serde_json::to_string(&beat.worker.schedules).map_err(encode)?;
         let mut settled = beat.settled.clone();
         settled.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(Beat {
@@ -53,6 +58,7 @@ impl Beat {
             started_at: beat.worker.started_at,
             ttl: beat.ttl_millis().min(MAX_TTL),
             queues,
+            schedules,
             settled,
         })
     }
@@ -98,6 +104,7 @@ pub(crate) async fn heartbeat(
         .bind(now)
         .bind(beat.ttl)
         .bind(&beat.queues)
+        .bind(&beat.schedules)
         .execute(&mut *conn)
         .await?;
     for chunk in beat.settled.chunks(MAX_LIST) {
@@ -143,17 +150,17 @@ pub(crate) async fn workers(
     rows.iter().map(worker_from_row).collect()
 }
 
-/// A worker's row. Its queues are read leniently, as job headers are: a row whose JSON
-/// does not parse (another program wrote it) is listed with no queues, and a warning.
+/// A worker's row. Its queues and schedules are read leniently, as job headers are: a row
+/// whose JSON does not parse (another program wrote it) is listed without them, and a
+/// warning, rather than failing the whole listing.
 fn worker_from_row(row: &MySqlRow) -> Result<WorkerInfo, sqlx::Error> {
     // `utf8mb4_bin` reaches the client flagged binary, as `ascii_bin` does (see `rows`).
     let id: String = row.try_get_unchecked(0)?;
     let pid: i64 = row.try_get(2)?;
-    let text: String = row.try_get(6)?;
-    let queues = serde_json::from_str::<Vec<QueueBeat>>(&text).unwrap_or_else(|e| {
-        tracing::warn!(worker = %id, error = %e, "a worker's queues cannot be read; listed without them");
-        Vec::new()
-    });
+    let queues: String = row.try_get(6)?;
+    let queues: Vec<QueueBeat> = lenient(&id, "queues", serde_json::from_str(&queues));
+    let schedules: String = row.try_get(7)?;
+    let schedules: Vec<ScheduleBeat> = lenient(&id, "schedules", serde_json::from_str(&schedules));
     Ok(WorkerInfo {
         host: row.try_get(1)?,
         pid: u32::try_from(pid).unwrap_or(0),
@@ -161,7 +168,17 @@ fn worker_from_row(row: &MySqlRow) -> Result<WorkerInfo, sqlx::Error> {
         heartbeat_at: row.try_get(4)?,
         expires_at: row.try_get(5)?,
         queues,
+        schedules,
         id,
+    })
+}
+
+/// A list of a worker's row as its JSON parsed, or no list (and a warning naming the
+/// worker and the column) when it did not parse.
+fn lenient<T>(worker: &str, column: &str, parsed: serde_json::Result<Vec<T>>) -> Vec<T> {
+    parsed.unwrap_or_else(|e| {
+        tracing::warn!(%worker, error = %e, "a worker's {column} cannot be read; listed without them");
+        Vec::new()
     })
 }
 

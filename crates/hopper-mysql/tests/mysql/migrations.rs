@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hopper_core::{
     Broker, Enqueued, FetchRequest, JobId, JobQuery, JobState, LeaseId, ListState, NewJob, Outcome,
-    QueueBeat, Selection, Settlement, Throughput, WorkerBeat, WorkerInfo,
+    QueueBeat, ScheduleBeat, Selection, Settlement, Throughput, WorkerBeat, WorkerInfo,
 };
 use hopper_mysql::{MySqlBroker, MySqlOptions};
 use sqlx::{Connection, MySqlConnection};
@@ -20,7 +20,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
     assert_eq!(
         err.to_string(),
         format!(
-            "broker error: the hopper schema in {url} is at version 0 but this build needs 5: \
+            "broker error: the hopper schema in {url} is at version 0 but this build needs 6: \
              run `hopper migrate --broker {url}`",
             url = db.url
         )
@@ -30,7 +30,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
 #[tokio::test]
 async fn migrating_twice_applies_nothing_the_second_time() {
     let db = TempDatabase::empty().await;
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     assert_eq!(broker.url(), db.url);
@@ -46,7 +46,7 @@ async fn concurrent_migrations_apply_each_version_once() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 5]);
+    assert_eq!(applied, [0, 6]);
 }
 
 #[tokio::test]
@@ -60,7 +60,7 @@ async fn a_schema_newer_than_this_build_is_refused() {
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema in {} is at version 99, newer than this build (5): upgrade hopper",
+            "the hopper schema in {} is at version 99, newer than this build (6): upgrade hopper",
             db.url
         )),
         "{err}"
@@ -146,8 +146,8 @@ async fn a_database_of_version_2_keeps_its_jobs() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 2 but this build needs 5"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
+    assert!(err.contains("at version 2 but this build needs 6"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -210,7 +210,7 @@ async fn a_database_of_version_2_keeps_its_jobs() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let _ = conn.close().await;
 }
@@ -239,8 +239,8 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 3 but this build needs 5"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert!(err.contains("at version 3 but this build needs 6"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -292,7 +292,7 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -303,13 +303,13 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
     let _ = conn.close().await;
 }
 
-/// A database at version 4, as the previous release left it, holding a job: migrating adds
-/// the table of unique keys, after which a job enqueued with a key is stored once and its
+/// A database at version 4, as an earlier release left it, holding a job: migrating adds
+/// the table of unique keys (and the workers' schedules), after which a job enqueued with a key is stored once and its
 /// duplicate answers with it, and the job already there is worked as before. A run that
 /// stopped before recording version 5 finds the table there, keeps the holds it has, and
 /// counts it as applied.
 #[tokio::test]
-async fn a_database_of_the_previous_version_gains_unique_keys() {
+async fn a_database_of_version_4_gains_unique_keys() {
     let db = TempDatabase::empty().await;
     let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
     for setup in [
@@ -326,8 +326,8 @@ async fn a_database_of_the_previous_version_gains_unique_keys() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 4 but this build needs 5"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert!(err.contains("at version 4 but this build needs 6"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -344,15 +344,100 @@ async fn a_database_of_the_previous_version_gains_unique_keys() {
     assert_eq!(ids, [JobId(1), first[0].id]);
     broker.close().await;
 
-    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version = 5")
+    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version >= 5")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
+    let broker = connect().await.unwrap();
+    let kept = broker.enqueue_reported(keyed()).await.unwrap();
+    assert_eq!(kept, [Enqueued::existing(first[0].id)], "the hold was kept");
+    broker.close().await;
+    let _ = conn.close().await;
+}
+
+/// A database at version 5, as the previous release left it, with a worker listed: its
+/// row gains an empty list of schedules, so the listing reads it as a worker with none and
+/// its queues as they were; its next report, and a new worker's, store their schedules.
+/// A run that stopped before recording version 6 finds the column there, keeps what it
+/// holds, and counts it as applied.
+#[tokio::test]
+async fn a_database_of_the_previous_version_gains_worker_schedules() {
+    let db = TempDatabase::empty().await;
+    let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
+    let queues = r#"[{"queue": "q", "concurrency": 2, "held": 0, "running": 0, "window": 2,
+                      "paused": false}]"#;
+    for setup in [
+        include_str!("../../migrations/0001_create_jobs.sql"),
+        include_str!("../../migrations/0002_range_checks.sql"),
+        include_str!("../../migrations/0003_errors_and_pauses.sql"),
+        include_str!("../../migrations/0004_workers.sql"),
+        include_str!("../../migrations/0005_unique_keys.sql"),
+        include_str!("../../sql/migrations_table.sql"),
+        "INSERT INTO hopper_migrations (version, applied_at)
+         VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)",
+        &format!(
+            "INSERT INTO hopper_workers (id, host, pid, started_at, heartbeat_at, expires_at,
+                                         queues)
+             VALUES ('old:1:a', 'old', 1, 5, 5,
+                     CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + 600000, '{queues}')"
+        ),
+    ] {
+        sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
+    }
+    let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
+    assert!(err.contains("at version 5 but this build needs 6"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+
+    let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
+    let broker = connect().await.unwrap();
+    let listed = broker.workers().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let old = &listed[0];
+    assert_eq!((old.id.as_str(), old.schedules.len()), ("old:1:a", 0));
+    let window: Vec<(&str, usize)> = old.queues.iter().map(|q| (&*q.queue, q.window)).collect();
+    assert_eq!(window, [("q", 2)], "its queues as they were");
+
+    let hourly = ScheduleBeat {
+        name: "hourly".into(),
+        queue: "q".into(),
+        spec: "every 1h".into(),
+        next_at: Some(3_600_000),
+        last_at: None,
+    };
+    let again = WorkerInfo {
+        schedules: vec![hourly.clone()],
+        ..old.clone()
+    };
+    let mut new = WorkerInfo::this_process(6, vec![]);
+    new.schedules = vec![hourly.clone(), ScheduleBeat::default()];
+    for worker in [&again, &new] {
+        let beat = WorkerBeat {
+            worker: worker.clone(),
+            ttl: Duration::from_secs(30),
+            settled: vec![],
+        };
+        broker.heartbeat(&beat).await.unwrap();
+    }
+    let schedules = |listed: Vec<WorkerInfo>| -> Vec<(String, Vec<ScheduleBeat>)> {
+        listed.into_iter().map(|w| (w.id, w.schedules)).collect()
+    };
+    let reported = vec![
+        (again.id.clone(), again.schedules.clone()),
+        (new.id.clone(), new.schedules.clone()),
+    ];
+    assert_eq!(schedules(broker.workers().await.unwrap()), reported);
+    broker.close().await;
+
+    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version = 6")
         .execute(&mut conn)
         .await
         .unwrap();
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
-    let kept = broker.enqueue_reported(keyed()).await.unwrap();
-    assert_eq!(kept, [Enqueued::existing(first[0].id)], "the hold was kept");
+    assert_eq!(schedules(broker.workers().await.unwrap()), reported, "kept");
     broker.close().await;
     let _ = conn.close().await;
 }

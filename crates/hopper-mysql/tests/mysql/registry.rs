@@ -1,12 +1,12 @@
 //! Worker reports on the database clock, and rows of the worker tables that expired or that
 //! another program wrote: expired ones are listed no more and go with the next heartbeat,
-//! and queues that cannot be read leave their worker listed without them.
+//! and queues or schedules that cannot be read leave their worker listed without them.
 
 use std::time::{Duration, SystemTime};
 
 use hopper_core::job::to_millis;
 use hopper_core::registry::{BUCKET, KEPT, bucket_of};
-use hopper_core::{QueueBeat, Throughput, WorkerBeat, WorkerInfo};
+use hopper_core::{QueueBeat, ScheduleBeat, Throughput, WorkerBeat, WorkerInfo};
 use sqlx::{Connection, MySqlConnection};
 
 use super::support::broker_with;
@@ -34,9 +34,11 @@ async fn reports_on_the_database_clock_and_rows_others_wrote() {
     let kept = KEPT.as_millis() as i64;
     let old = bucket_of(server_now) - kept - BUCKET.as_millis() as i64;
     sqlx::raw_sql(&format!(
-        "INSERT INTO hopper_workers (id, host, pid, started_at, heartbeat_at, expires_at, queues)
-         VALUES ('other:1:x', 'other', 1, 5, 5, {far}, '{{\"not\": \"a list\"}}'),
-                ('gone:2:y', 'gone', 2, 6, 6, 7, '[]');
+        "INSERT INTO hopper_workers (id, host, pid, started_at, heartbeat_at, expires_at, queues,
+                                     schedules)
+         VALUES ('other:1:x', 'other', 1, 5, 5, {far}, '{{\"not\": \"a list\"}}',
+                 '[{{\"name\": 7}}]'),
+                ('gone:2:y', 'gone', 2, 6, 6, 7, '[]', '[]');
          INSERT INTO hopper_throughput (queue, bucket, completed, failed, dead)
          VALUES ('a', {old}, 1, 0, 0)",
         far = server_now + 600_000,
@@ -50,7 +52,14 @@ async fn reports_on_the_database_clock_and_rows_others_wrote() {
         concurrency: 1,
         ..QueueBeat::default()
     };
-    let me = WorkerInfo::this_process(server_now, vec![q("a"), q("b"), q("c")]);
+    let mut me = WorkerInfo::this_process(server_now, vec![q("a"), q("b"), q("c")]);
+    me.schedules = vec![ScheduleBeat {
+        name: "tidy".into(),
+        queue: "a".into(),
+        spec: "*/5 * * * * (UTC)".into(),
+        next_at: Some(server_now + 300_000),
+        last_at: Some(server_now),
+    }];
     // Three queues settled, in no order: one statement of four rows, the last a padding.
     let beat = WorkerBeat {
         worker: me.clone(),
@@ -77,10 +86,11 @@ async fn reports_on_the_database_clock_and_rows_others_wrote() {
     let ids: Vec<&str> = listed.iter().map(|w| w.id.as_str()).collect();
     assert_eq!(ids, ["other:1:x", me.id.as_str()], "oldest first");
     assert!(listed[0].queues.is_empty(), "unreadable queues: {listed:?}");
+    assert!(listed[0].schedules.is_empty(), "unreadable schedules");
     let mine = &listed[1];
     assert_eq!(
-        (&mine.host, mine.pid, &mine.queues),
-        (&me.host, me.pid, &me.queues)
+        (&mine.host, mine.pid, &mine.queues, &mine.schedules),
+        (&me.host, me.pid, &me.queues, &me.schedules)
     );
     assert!(
         (mine.heartbeat_at - server_now).abs() < 60_000,

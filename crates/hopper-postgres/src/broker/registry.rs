@@ -4,14 +4,19 @@
 //!
 //! A report is one statement (heartbeat.sql): it writes the worker's row, adds what it
 //! settled to the running bucket of each queue, and deletes expired workers and buckets
-//! past keeping, so the tables need no upkeep of their own. Times are the broker's `now`,
-//! as for leases: the database clock unless the broker was given a clock. A report is
-//! never sent twice: its counts add up, so one applied before its connection was lost
-//! would count twice, and a report that fails hands its counts to the worker's next one.
+//! past keeping, so the tables need no upkeep of their own. The worker's queues and
+//! schedules are JSON columns, each list written whole by every report: a worker says
+//! all it holds each time, so nothing of an earlier report needs merging. Times are the
+//! broker's `now`, as for leases: the database clock unless the broker was given a
+//! clock. A report is never sent twice: its counts add up, so one applied before its
+//! connection was lost would count twice, and a report that fails hands its counts to the
+//! worker's next one.
 
 use hopper_core::admin::Throughput;
 use hopper_core::job::validate_queue_name;
-use hopper_core::registry::{BUCKET, Bucket, KEPT, QueueBeat, WorkerBeat, WorkerInfo};
+use hopper_core::registry::{
+    BUCKET, Bucket, KEPT, QueueBeat, ScheduleBeat, WorkerBeat, WorkerInfo,
+};
 use hopper_core::{Error, Millis, Result};
 
 use super::PgBroker;
@@ -46,22 +51,27 @@ pub(super) fn buckets(at: &[i64], completed: &[i64], failed: &[i64], dead: &[i64
         .collect()
 }
 
-/// A row of workers.sql: id, host, pid, started_at, heartbeat_at, expires_at and the
-/// queues as JSON text.
-type WorkerRow = (String, String, i64, Millis, Millis, Millis, String);
+/// A row of workers.sql: id, host, pid, started_at, heartbeat_at, expires_at, and the
+/// queues and the schedules as JSON text.
+type WorkerRow = (String, String, i64, Millis, Millis, Millis, String, String);
 
-/// A worker from its row. Queues that cannot be read (another program wrote the column)
-/// are logged and listed as none: one such row must not hide every other worker.
+/// A worker's list of column `what`, as read from its JSON. A value that could not be
+/// read (another program wrote the column) is logged and taken as an empty list: one such
+/// row must not hide every other worker, nor the rest of its own row.
+fn json_list<T>(worker: &str, what: &str, read: serde_json::Result<Vec<T>>) -> Vec<T> {
+    read.unwrap_or_else(|e| {
+        tracing::warn!(worker = %worker, column = what, error = %e,
+            "a list of a listed worker cannot be read; it is listed as empty");
+        Vec::new()
+    })
+}
+
+/// A worker from its row.
 fn worker_from_row(row: WorkerRow) -> WorkerInfo {
-    let (id, host, pid, started_at, heartbeat_at, expires_at, queues) = row;
-    let queues = match serde_json::from_str::<Vec<QueueBeat>>(&queues) {
-        Ok(queues) => queues,
-        Err(e) => {
-            tracing::warn!(worker = %id, error = %e,
-                "the queues of a listed worker cannot be read; it is listed with none");
-            Vec::new()
-        }
-    };
+    let (id, host, pid, started_at, heartbeat_at, expires_at, queues, schedules) = row;
+    let queues: Vec<QueueBeat> = json_list(&id, "queues", serde_json::from_str(&queues));
+    let schedules: Vec<ScheduleBeat> =
+        json_list(&id, "schedules", serde_json::from_str(&schedules));
     WorkerInfo {
         id,
         host,
@@ -70,6 +80,7 @@ fn worker_from_row(row: WorkerRow) -> WorkerInfo {
         heartbeat_at,
         expires_at,
         queues,
+        schedules,
     }
 }
 
@@ -88,8 +99,10 @@ impl PgBroker {
             dead.push(stored(counts.dead));
         }
         let worker = &beat.worker;
-        let json = serde_json::to_string(&worker.queues)
-            .map_err(|e| Error::broker("encoding a worker's queues".to_owned(), e))?;
+        let queues_json = serde_json::to_string(&worker.queues)
+            .map_err(|e| Error::broker("encoding a worker's queues", e))?;
+        let schedules_json = serde_json::to_string(&worker.schedules)
+            .map_err(|e| Error::broker("encoding a worker's schedules", e))?;
         let mut held = self.inner.conns.get().await?;
         sqlx::query(&self.inner.sql.heartbeat)
             .bind(&worker.id)
@@ -97,7 +110,7 @@ impl PgBroker {
             .bind(i64::from(worker.pid))
             .bind(worker.started_at)
             .bind(beat.ttl_millis())
-            .bind(json)
+            .bind(queues_json)
             .bind(self.now())
             .bind(&queues)
             .bind(&completed)
@@ -105,6 +118,7 @@ impl PgBroker {
             .bind(&dead)
             .bind(bucket_ms())
             .bind(KEPT.as_millis() as i64)
+            .bind(schedules_json)
             .execute(held.conn())
             .await
             .map_err(|e| held.fail("recording a worker's report", e))?;
@@ -155,27 +169,31 @@ impl PgBroker {
 mod tests {
     use super::*;
 
+    /// A row of workers.sql with the given queues and schedules.
+    fn row(queues: &str, schedules: &str) -> WorkerRow {
+        (
+            "h:1:a".to_owned(),
+            "h".to_owned(),
+            1,
+            10,
+            20,
+            30,
+            queues.to_owned(),
+            schedules.to_owned(),
+        )
+    }
+
+    const QUEUES: &str =
+        r#"[{"queue":"q","concurrency":2,"held":1,"running":1,"window":4,"paused":true}]"#;
+    const SCHEDULES: &str =
+        r#"[{"name":"nightly","queue":"q","spec":"0 3 * * * (UTC)","next_at":5}]"#;
+
     #[test]
     fn unreadable_queues_list_the_worker_with_none() {
-        let row = |queues: &str| {
-            (
-                "h:1:a".to_owned(),
-                "h".to_owned(),
-                1,
-                10,
-                20,
-                30,
-                queues.to_owned(),
-            )
-        };
-        assert!(
-            worker_from_row(row("{\"not\": \"a list\"}"))
-                .queues
-                .is_empty()
-        );
-        let read = worker_from_row(row(
-            r#"[{"queue":"q","concurrency":2,"held":1,"running":1,"window":4,"paused":true}]"#,
-        ));
+        let unreadable = worker_from_row(row("{\"not\": \"a list\"}", SCHEDULES));
+        assert!(unreadable.queues.is_empty());
+        assert_eq!(unreadable.schedules.len(), 1, "the schedules still read");
+        let read = worker_from_row(row(QUEUES, "[]"));
         assert_eq!(read.queues.len(), 1);
         assert_eq!(
             (read.queues[0].concurrency, read.queues[0].paused),
@@ -185,5 +203,28 @@ mod tests {
             (read.id.as_str(), read.pid, read.expires_at),
             ("h:1:a", 1, 30)
         );
+    }
+
+    /// Schedules read as reported, the optional times left out reading as none; a value
+    /// that is not a list of schedules reads as no schedules, the rest of the row intact.
+    #[test]
+    fn unreadable_schedules_list_the_worker_with_none() {
+        let read = worker_from_row(row(QUEUES, SCHEDULES));
+        assert_eq!(
+            read.schedules,
+            [ScheduleBeat {
+                name: "nightly".into(),
+                queue: "q".into(),
+                spec: "0 3 * * * (UTC)".into(),
+                next_at: Some(5),
+                last_at: None,
+            }]
+        );
+        for unreadable in ["{}", "\"nightly\"", r#"[{"name":"nightly"}]"#, "[1]"] {
+            let worker = worker_from_row(row(QUEUES, unreadable));
+            assert!(worker.schedules.is_empty(), "{unreadable}");
+            assert_eq!(worker.queues.len(), 1, "{unreadable}");
+            assert_eq!(worker.id, "h:1:a");
+        }
     }
 }

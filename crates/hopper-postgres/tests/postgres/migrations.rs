@@ -14,7 +14,7 @@ async fn an_unmigrated_schema_is_refused_with_what_to_run() {
         .to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema {schema} in {} is at version 0 but this build needs 7: run `hopper migrate --broker {}`",
+            "the hopper schema {schema} in {} is at version 0 but this build needs 8: run `hopper migrate --broker {}`",
             url(),
             url()
         )),
@@ -33,7 +33,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 7]);
+    assert_eq!(applied, [0, 8]);
     assert_eq!(
         hopper_postgres::migrate_with(&url, &options).await.unwrap(),
         0
@@ -48,7 +48,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
 async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
     let schema = unique_name("hopper_t");
     let with_schema = format!("{}?schema={schema}", url());
-    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 7);
+    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 8);
     let broker = PgBroker::connect(&with_schema).await.unwrap();
     assert_eq!(broker.schema(), schema);
     let debug = format!("{broker:?}");
@@ -164,7 +164,7 @@ async fn a_schema_from_before_the_operator_calls_keeps_its_jobs() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        3
+        4
     );
     let index: String = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = $2",
@@ -268,7 +268,7 @@ async fn a_schema_from_before_live_workers_keeps_its_jobs_and_lists_workers() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        2
+        3
     );
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes
@@ -352,7 +352,7 @@ async fn a_schema_from_before_unique_keys_keeps_its_jobs_and_takes_keys() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        1
+        2
     );
     let index: String = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'hopper_unique'",
@@ -387,6 +387,114 @@ async fn a_schema_from_before_unique_keys_keeps_its_jobs_and_takes_keys() {
     assert_eq!(done[0], Enqueued::existing(JobId(1)));
     assert!(!done[1].existing && done[1].id.0 > 2, "{done:?}");
     assert_eq!(broker.counts("q").await.unwrap().pending, 2);
+    broker.close().await;
+    drop_schema(name);
+}
+
+/// A schema at version 7, as the release before workers reported their schedules left it,
+/// with a live worker's row: `migrate` adds the column of schedules, the worker is listed
+/// as it reported, with none, and so is one an older build still running writes after the
+/// migration without naming the column. A report of this build stores its schedules, and
+/// a later one replaces them.
+#[tokio::test]
+async fn a_schema_from_before_worker_schedules_lists_its_workers_with_none() {
+    use std::time::Duration;
+
+    use hopper_core::{Broker, QueueBeat, ScheduleBeat, WorkerBeat, WorkerInfo};
+    use sqlx::Connection;
+
+    let options = super::support::schema_at(7).await;
+    let name = options.schema.clone();
+    let mut raw = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let old_worker = |id: &str, started_at: i64| {
+        format!(
+            "INSERT INTO {name}.hopper_workers (id, host, pid, started_at, heartbeat_at,
+                                                expires_at, queues)
+             VALUES ('{id}', 'old-host', 7, {started_at}, 0, 9e15,
+                     '[{{\"queue\": \"q\", \"concurrency\": 3, \"held\": 0, \"running\": 0,
+                        \"window\": 3, \"paused\": false}}]')"
+        )
+    };
+    sqlx::raw_sql(&old_worker("old-host:7:a", 1))
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        hopper_postgres::migrate_with(&url(), &options)
+            .await
+            .unwrap(),
+        1
+    );
+    let column: (String, String, Option<String>) = sqlx::query_as(
+        "SELECT data_type, is_nullable, column_default FROM information_schema.columns
+         WHERE table_schema = $1 AND table_name = 'hopper_workers' AND column_name = 'schedules'",
+    )
+    .bind(&name)
+    .fetch_one(&mut raw)
+    .await
+    .unwrap();
+    assert_eq!(
+        column,
+        ("jsonb".into(), "NO".into(), Some("'[]'::jsonb".into()))
+    );
+    sqlx::raw_sql(&old_worker("old-host:7:b", 2))
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    raw.close().await.unwrap();
+
+    let broker = PgBroker::connect_with(&url(), options.listen(false))
+        .await
+        .unwrap();
+    let queue = QueueBeat {
+        queue: "q".into(),
+        concurrency: 3,
+        window: 3,
+        ..QueueBeat::default()
+    };
+    let listed = broker.workers().await.unwrap();
+    let seen: Vec<(&str, &Vec<QueueBeat>, usize)> = listed
+        .iter()
+        .map(|w| (w.id.as_str(), &w.queues, w.schedules.len()))
+        .collect();
+    let queues = vec![queue.clone()];
+    assert_eq!(
+        seen,
+        [("old-host:7:a", &queues, 0), ("old-host:7:b", &queues, 0)]
+    );
+
+    let hourly = ScheduleBeat {
+        name: "hourly".into(),
+        queue: "q".into(),
+        spec: "every 1h".into(),
+        next_at: Some(3_600_000),
+        last_at: None,
+    };
+    let mut beat = WorkerBeat {
+        worker: WorkerInfo {
+            schedules: vec![hourly.clone()],
+            ..WorkerInfo::this_process(3, vec![queue])
+        },
+        ttl: Duration::from_secs(30),
+        settled: vec![],
+    };
+    broker.heartbeat(&beat).await.unwrap();
+    let listed = broker.workers().await.unwrap();
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    assert_eq!(listed[2].id, beat.worker.id);
+    assert_eq!(listed[2].schedules, beat.worker.schedules);
+
+    let reported = ScheduleBeat {
+        last_at: Some(3_600_000),
+        next_at: Some(7_200_000),
+        ..hourly
+    };
+    beat.worker.schedules = vec![reported.clone()];
+    broker.heartbeat(&beat).await.unwrap();
+    assert_eq!(broker.workers().await.unwrap()[2].schedules, [reported]);
+    beat.worker.schedules.clear();
+    broker.heartbeat(&beat).await.unwrap();
+    assert!(broker.workers().await.unwrap()[2].schedules.is_empty());
     broker.close().await;
     drop_schema(name);
 }

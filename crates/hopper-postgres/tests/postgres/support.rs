@@ -51,6 +51,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0005_operator_calls.sql"),
     include_str!("../../migrations/0006_workers.sql"),
     include_str!("../../migrations/0007_unique_keys.sql"),
+    include_str!("../../migrations/0008_worker_schedules.sql"),
 ];
 
 /// A schema of its own migrated to `version` only, as the release that shipped that

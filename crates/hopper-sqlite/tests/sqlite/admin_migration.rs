@@ -128,5 +128,5 @@ async fn a_file_from_before_the_operator_calls_keeps_its_jobs_in_every_state() {
     let version: i64 = raw
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
 }

@@ -81,7 +81,7 @@ async fn a_file_from_before_the_registry_gains_its_tables_and_keeps_its_jobs() {
     let version: i64 = raw
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
     let mut names = raw
         .prepare("SELECT name FROM sqlite_schema WHERE name LIKE 'hopper_%' ORDER BY name")
         .unwrap();

@@ -49,7 +49,7 @@ async fn a_file_from_before_unique_keys_gains_their_table_and_keeps_its_jobs() {
     let version: i64 = raw
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
     let held: (String, String, i64, i64, Option<i64>) = raw
         .query_row(
             "SELECT queue, key, job_id, scope, until FROM hopper_unique",

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hopper_core::registry::{BUCKET, bucket_of};
-use hopper_core::{Broker, QueueBeat, Throughput, WorkerBeat, WorkerInfo};
+use hopper_core::{Broker, QueueBeat, ScheduleBeat, Throughput, WorkerBeat, WorkerInfo};
 use tokio::time::advance;
 
 use super::admin::not_supported;
@@ -26,6 +26,7 @@ fn worker(id: &str, started_at: i64, queues: Vec<QueueBeat>) -> WorkerInfo {
         heartbeat_at: 0,
         expires_at: 0,
         queues,
+        schedules: Vec::new(),
     }
 }
 
@@ -80,7 +81,17 @@ pub async fn workers_and_throughput(broker: Arc<dyn Broker>) {
         fetches: vec![1, 1, 2, 2, 4],
         lease_expires_at: Some(1_000),
     };
-    let a = worker("host-1:4242:a", t0 - 5000, vec![q1.clone()]);
+    let nightly = ScheduleBeat {
+        name: "nightly".into(),
+        queue: "reports".into(),
+        spec: "0 3 * * * (Europe/Paris)".into(),
+        next_at: Some(t0 + 60_000),
+        last_at: Some(t0 - 86_340_000),
+    };
+    let a = WorkerInfo {
+        schedules: vec![nightly.clone()],
+        ..worker("host-1:4242:a", t0 - 5000, vec![q1.clone()])
+    };
     let b = worker("host-1:4243:b", t0 - 1000, vec![]);
     report(&broker, &beat(&b, 10, vec![("q2", settled(7, 0, 0))])).await;
     report(&broker, &beat(&a, 30, vec![("q1", settled(5, 2, 1))])).await;
@@ -92,6 +103,8 @@ pub async fn workers_and_throughput(broker: Arc<dyn Broker>) {
     );
     assert_eq!((now[0].host.as_str(), now[0].pid), ("host-1", 4242));
     assert_eq!(now[0].queues, vec![q1.clone()], "queues as reported");
+    assert_eq!(now[0].schedules, vec![nightly], "schedules as reported");
+    assert!(now[1].schedules.is_empty(), "no schedules");
     assert_eq!(now[0].started_at, t0 - 5000);
     assert!(
         (t0 - 100..t0 + 100).contains(&now[0].heartbeat_at),

@@ -95,7 +95,12 @@ pub(crate) async fn workers(State(app): State<Arc<App>>) -> PageResult {
     let body = match app.broker.capabilities().admin.workers {
         true => {
             let workers = live_workers(&app).await?;
-            html! { h1 { "Workers" } section.panel { (worker_table(&workers)) } }
+            html! {
+                h1 { "Workers" }
+                section.panel { (worker_table(&workers)) }
+                h2 { "Schedules" }
+                section.panel { (schedule_table(&hopper::registry::schedules(&workers))) }
+            }
         }
         false => html! {
             h1 { "Workers" }
@@ -103,4 +108,34 @@ pub(crate) async fn workers(State(app): State<Arc<App>>) -> PageResult {
         },
     };
     Ok(layout(&app, "Workers", body))
+}
+
+/// The schedules of periodic jobs the live workers hold, merged by name.
+fn schedule_table(schedules: &[hopper::ScheduleInfo]) -> Markup {
+    let at = |ms: Option<i64>| ms.map_or_else(|| "-".to_owned(), time);
+    html! {
+        @if schedules.is_empty() {
+            p.muted { "No live worker holds a schedule." }
+        } @else {
+            table #schedules {
+                thead { tr {
+                    th { "schedule" } th { "queue" } th { "when" } th { "next slot" }
+                    th { "latest slot" } th.num { "workers" }
+                } }
+                tbody {
+                    @for s in schedules {
+                        @let b = &s.schedule;
+                        tr data-schedule=(b.name) {
+                            td { (b.name) }
+                            td { a href=(format!("/queues/{}", b.queue)) { (b.queue) } }
+                            td { code { (b.spec) } }
+                            td { (at(b.next_at)) }
+                            td { (at(b.last_at)) }
+                            td.num { (s.workers) }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

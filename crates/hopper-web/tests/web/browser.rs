@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use hopper::broker::FetchRequest;
-use hopper::{Broker, JobContext, JobId, NewJob, QueueOptions, Worker};
+use hopper::{Broker, JobContext, JobId, NewJob, QueueOptions, Schedule, Worker};
 
 use super::support::{Server, dead_letter, sqlite, start};
 
@@ -183,6 +183,9 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
     let worker = Worker::builder(broker.clone())
         .poll_interval(Duration::from_millis(100))
         .heartbeat(Duration::from_millis(200))
+        .schedule(
+            Schedule::every("digest", Duration::from_secs(3600), job("digests", "d")).unwrap(),
+        )
         .queue(
             "mail",
             QueueOptions::new().concurrency(2),
@@ -237,6 +240,26 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
         false
     })
     .await;
+    // And its schedule, held by one worker, with its next slot on the hour.
+    let schedule = b
+        .client
+        .find(Locator::Css("#schedules tr[data-schedule=digest]"))
+        .await
+        .unwrap();
+    let cells = schedule.find_all(Locator::Css("td")).await.unwrap();
+    let mut texts = Vec::new();
+    for c in cells {
+        texts.push(c.text().await.unwrap());
+    }
+    assert_eq!(
+        (texts[1].as_str(), texts[2].as_str(), texts[5].as_str()),
+        ("digests", "every 3600s", "1"),
+        "{texts:?}"
+    );
+    assert!(
+        texts[3].ends_with(":00:00 UTC"),
+        "next slot on the hour: {texts:?}"
+    );
     shot(&b, &format!("{name}-workers")).await;
     // The overview again, now with throughput and a live worker to show.
     b.client.goto(&format!("{base}/")).await.unwrap();
