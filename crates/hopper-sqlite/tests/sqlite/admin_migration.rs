@@ -10,14 +10,7 @@ use hopper_core::{
 };
 use hopper_sqlite::SqliteBroker;
 
-use super::support::TempDb;
-
-/// The schema as version 3 left it, built from the migrations themselves.
-const BEFORE_ADMIN: [&str; 3] = [
-    include_str!("../../migrations/0001_create_jobs.sql"),
-    include_str!("../../migrations/0002_one_lease_index.sql"),
-    include_str!("../../migrations/0003_range_checks.sql"),
-];
+use super::support::{TempDb, file_at_version, file_version};
 
 fn ids(page: &JobPage) -> Vec<i64> {
     page.jobs.iter().map(|r| r.job.id.0).collect()
@@ -33,15 +26,11 @@ async fn list(broker: &SqliteBroker, state: ListState, limit: usize) -> JobPage 
 #[tokio::test]
 async fn a_file_from_before_the_operator_calls_keeps_its_jobs_in_every_state() {
     let db = TempDb::new("admin_migrate");
-    let raw = rusqlite::Connection::open(db.path()).unwrap();
-    for m in BEFORE_ADMIN {
-        raw.execute_batch(m).unwrap();
-    }
+    let raw = file_at_version(&db, 3);
     // Pending (one delayed far ahead), leased under a lease that long expired, dead twice
     // over with one finish time, and cancelled; in two queues.
     raw.execute_batch(
-        "PRAGMA user_version = 3;
-         INSERT INTO hopper_jobs (id, queue, state, priority, run_at, attempt, max_attempts,
+        "INSERT INTO hopper_jobs (id, queue, state, priority, run_at, attempt, max_attempts,
                                   payload, created_at, lease_id, lease_expires, last_error,
                                   finished_at)
          VALUES (1, 'q', 0, 0, 1000, 0, 5, CAST('due' AS BLOB), 1000, NULL, NULL, NULL, NULL),
@@ -124,9 +113,5 @@ async fn a_file_from_before_the_operator_calls_keeps_its_jobs_in_every_state() {
     assert_eq!(rec.last_error.as_deref(), Some("again"));
     drop(broker);
 
-    let raw = rusqlite::Connection::open(db.path()).unwrap();
-    let version: i64 = raw
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .unwrap();
-    assert_eq!(version, 7);
+    assert_eq!(file_version(&db), 7);
 }

@@ -6,26 +6,14 @@ use std::time::Duration;
 use hopper_core::{Broker, JobId, QueueBeat, Throughput, WorkerBeat, WorkerInfo};
 use hopper_sqlite::SqliteBroker;
 
-use super::support::TempDb;
-
-/// The schema as version 4 left it, built from the migrations themselves.
-const BEFORE_REGISTRY: [&str; 4] = [
-    include_str!("../../migrations/0001_create_jobs.sql"),
-    include_str!("../../migrations/0002_one_lease_index.sql"),
-    include_str!("../../migrations/0003_range_checks.sql"),
-    include_str!("../../migrations/0004_operator_calls.sql"),
-];
+use super::support::{TempDb, file_at_version, file_version};
 
 #[tokio::test]
 async fn a_file_from_before_the_registry_gains_its_tables_and_keeps_its_jobs() {
     let db = TempDb::new("registry_migrate");
-    let raw = rusqlite::Connection::open(db.path()).unwrap();
-    for m in BEFORE_REGISTRY {
-        raw.execute_batch(m).unwrap();
-    }
+    let raw = file_at_version(&db, 4);
     raw.execute_batch(
-        "PRAGMA user_version = 4;
-         INSERT INTO hopper_jobs (id, queue, state, priority, run_at, attempt, max_attempts,
+        "INSERT INTO hopper_jobs (id, queue, state, priority, run_at, attempt, max_attempts,
                                   payload, created_at, last_error, errors, finished_at)
          VALUES (1, 'q', 0, 0, 1000, 0, 5, CAST('due' AS BLOB), 1000, NULL, NULL, NULL),
                 (2, 'q', 3, 0, 1000, 5, 5, CAST('dead' AS BLOB), 1000, 'boom',
@@ -77,11 +65,8 @@ async fn a_file_from_before_the_registry_gains_its_tables_and_keeps_its_jobs() {
     assert_eq!(broker.throughput("q").await.unwrap().len(), 1);
     drop(broker);
 
+    assert_eq!(file_version(&db), 7);
     let raw = rusqlite::Connection::open(db.path()).unwrap();
-    let version: i64 = raw
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .unwrap();
-    assert_eq!(version, 7);
     let mut names = raw
         .prepare("SELECT name FROM sqlite_schema WHERE name LIKE 'hopper_%' ORDER BY name")
         .unwrap();

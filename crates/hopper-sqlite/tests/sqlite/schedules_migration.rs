@@ -7,17 +7,7 @@ use std::time::Duration;
 use hopper_core::{Broker, QueueBeat, ScheduleBeat, WorkerBeat, WorkerInfo};
 use hopper_sqlite::SqliteBroker;
 
-use super::support::TempDb;
-
-/// The schema as version 6 left it, built from the migrations themselves.
-const BEFORE_SCHEDULES: [&str; 6] = [
-    include_str!("../../migrations/0001_create_jobs.sql"),
-    include_str!("../../migrations/0002_one_lease_index.sql"),
-    include_str!("../../migrations/0003_range_checks.sql"),
-    include_str!("../../migrations/0004_operator_calls.sql"),
-    include_str!("../../migrations/0005_worker_registry.sql"),
-    include_str!("../../migrations/0006_unique_keys.sql"),
-];
+use super::support::{TempDb, file_at_version, file_version};
 
 /// Far enough ahead (the year 2255) that the old rows stay live on the real clock.
 const LATER: i64 = 9_000_000_000_000;
@@ -29,14 +19,10 @@ const OLD_QUEUES: &str = r#"[{"queue": "q", "concurrency": 4, "held": 0, "runnin
 #[tokio::test]
 async fn a_file_from_before_schedules_gains_their_column_and_keeps_its_workers() {
     let db = TempDb::new("schedules_migrate");
-    let raw = rusqlite::Connection::open(db.path()).unwrap();
-    for m in BEFORE_SCHEDULES {
-        raw.execute_batch(m).unwrap();
-    }
+    let raw = file_at_version(&db, 6);
     // Two reports as version 6 wrote them: one live, and one written again below.
     raw.execute_batch(&format!(
-        "PRAGMA user_version = 6;
-         INSERT INTO hopper_workers (id, host, pid, started_at, heartbeat_at, expires_at,
+        "INSERT INTO hopper_workers (id, host, pid, started_at, heartbeat_at, expires_at,
                                      queues)
          VALUES ('old', 'h', 1, 100, 200, {LATER}, '{OLD_QUEUES}'),
                 ('again', 'h', 2, 300, 400, {LATER}, '[]');"
@@ -85,11 +71,8 @@ async fn a_file_from_before_schedules_gains_their_column_and_keeps_its_workers()
     assert_eq!(schedules, [("old", &[][..]), ("again", &[nightly][..])]);
     drop(broker);
 
+    assert_eq!(file_version(&db), 7);
     let raw = rusqlite::Connection::open(db.path()).unwrap();
-    let version: i64 = raw
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .unwrap();
-    assert_eq!(version, 7);
     let old: String = raw
         .query_row(
             "SELECT schedules FROM hopper_workers WHERE id = 'old'",

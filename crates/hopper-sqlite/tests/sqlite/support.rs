@@ -182,3 +182,33 @@ pub async fn worker_target() -> hopper_testkit::worker_cases::Target {
         queue: "q".into(),
     }
 }
+
+/// The crate's migrations, in order, to make a file as an earlier release left it.
+const MIGRATIONS: [&str; 7] = [
+    include_str!("../../migrations/0001_create_jobs.sql"),
+    include_str!("../../migrations/0002_one_lease_index.sql"),
+    include_str!("../../migrations/0003_range_checks.sql"),
+    include_str!("../../migrations/0004_operator_calls.sql"),
+    include_str!("../../migrations/0005_worker_registry.sql"),
+    include_str!("../../migrations/0006_unique_keys.sql"),
+    include_str!("../../migrations/0007_worker_schedules.sql"),
+];
+
+/// A connection to `db`, its schema built by the first `version` migrations and marked
+/// as that version, for a test to fill before the broker opens it and migrates the rest.
+pub fn file_at_version(db: &TempDb, version: usize) -> rusqlite::Connection {
+    let raw = rusqlite::Connection::open(db.path()).unwrap();
+    for m in &MIGRATIONS[..version] {
+        raw.execute_batch(m).unwrap();
+    }
+    raw.pragma_update(None, "user_version", version as i64)
+        .unwrap();
+    raw
+}
+
+/// The schema version `db` is marked with.
+pub fn file_version(db: &TempDb) -> i64 {
+    let raw = rusqlite::Connection::open(db.path()).unwrap();
+    raw.pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap()
+}

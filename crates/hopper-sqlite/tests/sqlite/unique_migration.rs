@@ -5,27 +5,14 @@
 use hopper_core::{Broker, Enqueued, JobId, NewJob};
 use hopper_sqlite::SqliteBroker;
 
-use super::support::TempDb;
-
-/// The schema as version 5 left it, built from the migrations themselves.
-const BEFORE_UNIQUE: [&str; 5] = [
-    include_str!("../../migrations/0001_create_jobs.sql"),
-    include_str!("../../migrations/0002_one_lease_index.sql"),
-    include_str!("../../migrations/0003_range_checks.sql"),
-    include_str!("../../migrations/0004_operator_calls.sql"),
-    include_str!("../../migrations/0005_worker_registry.sql"),
-];
+use super::support::{TempDb, file_at_version, file_version};
 
 #[tokio::test]
 async fn a_file_from_before_unique_keys_gains_their_table_and_keeps_its_jobs() {
     let db = TempDb::new("unique_migrate");
-    let raw = rusqlite::Connection::open(db.path()).unwrap();
-    for m in BEFORE_UNIQUE {
-        raw.execute_batch(m).unwrap();
-    }
+    let raw = file_at_version(&db, 5);
     raw.execute_batch(
-        "PRAGMA user_version = 5;
-         INSERT INTO hopper_jobs (id, queue, state, priority, run_at, attempt, max_attempts,
+        "INSERT INTO hopper_jobs (id, queue, state, priority, run_at, attempt, max_attempts,
                                   payload, created_at)
          VALUES (1, 'q', 0, 0, 1000, 0, 5, CAST('old' AS BLOB), 1000);",
     )
@@ -45,11 +32,8 @@ async fn a_file_from_before_unique_keys_gains_their_table_and_keeps_its_jobs() {
     assert_eq!(broker.counts("q").await.unwrap().pending, 2);
     drop(broker);
 
+    assert_eq!(file_version(&db), 7);
     let raw = rusqlite::Connection::open(db.path()).unwrap();
-    let version: i64 = raw
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .unwrap();
-    assert_eq!(version, 7);
     let held: (String, String, i64, i64, Option<i64>) = raw
         .query_row(
             "SELECT queue, key, job_id, scope, until FROM hopper_unique",
