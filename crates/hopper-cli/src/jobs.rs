@@ -201,6 +201,9 @@ fn record_text(r: &JobRecord) -> String {
     if let Some(at) = r.finished_at {
         out += &format!("finished at  {}\n", time(at));
     }
+    if let Some(key) = &r.unique_key {
+        out += &format!("unique key   {key}\n");
+    }
     for (k, v) in &j.headers {
         out += &format!("header       {k}={v}\n");
     }
@@ -237,6 +240,7 @@ pub fn record_json(r: &JobRecord) -> serde_json::Value {
         "run_at": time(j.run_at),
         "started_at": r.started_at.map(time),
         "finished_at": r.finished_at.map(time),
+        "unique_key": r.unique_key,
         "headers": j.headers,
         "last_error": r.last_error,
         "errors": errors,

@@ -141,6 +141,8 @@ pub struct JobRecord {
     pub started_at: Option<Millis>,
     /// When it died, completed or was cancelled (ms since the epoch).
     pub finished_at: Option<Millis>,
+    /// The unique key it was enqueued with ([`NewJob::unique_key`]), held or not.
+    pub unique_key: Option<String>,
 }
 
 /// Jobs of one queue by state.
@@ -434,7 +436,7 @@ pub trait Broker: Send + Sync + Debug + 'static {
         }
         let counted = crate::metering::count_enqueued(caps.name, &checked);
         let done = self.enqueue_checked(checked).await?;
-        counted.commit();
+        counted.commit(&done);
         Ok(done)
     }
 

@@ -4,7 +4,7 @@
 
 use metrics::{Counter, counter};
 
-use crate::job::NewJob;
+use crate::job::{Enqueued, NewJob};
 
 /// Whether a recorder is installed here. The facade cannot say; the recorder it falls
 /// back to without one is a zero-sized type, and real recorders keep state. A zero-sized
@@ -14,15 +14,20 @@ pub(crate) fn recording() -> bool {
     metrics::with_recorder(|r| std::mem::size_of_val(r) != 0)
 }
 
-/// Jobs of one enqueue call by queue, counted once the broker accepted them.
+/// Jobs of one enqueue call by queue: each run of jobs of one queue, with where it ends in
+/// the call, counted once the broker accepted them.
 #[derive(Debug)]
-pub(crate) struct EnqueueCount(Vec<(Counter, u64)>);
+pub(crate) struct EnqueueCount(Vec<(Counter, usize)>);
 
 impl EnqueueCount {
-    /// Adds the jobs to `hopper_jobs_enqueued_total`.
-    pub(crate) fn commit(self) {
-        for (counter, n) in self.0 {
-            counter.increment(n);
+    /// Adds the jobs the broker stored to `hopper_jobs_enqueued_total`: duplicates of a
+    /// unique key were not enqueued.
+    pub(crate) fn commit(self, done: &[Enqueued]) {
+        let mut start = 0;
+        for (counter, end) in self.0 {
+            let stored = done.get(start..end).unwrap_or_default();
+            counter.increment(stored.iter().filter(|e| !e.existing).count() as u64);
+            start = end;
         }
     }
 }
@@ -34,14 +39,14 @@ pub(crate) fn count_enqueued(broker: &'static str, jobs: &[NewJob]) -> EnqueueCo
     if !recording() {
         return EnqueueCount(Vec::new());
     }
-    let mut runs: Vec<(Counter, u64)> = Vec::new();
+    let mut runs: Vec<(Counter, usize)> = Vec::new();
     let mut last: Option<&str> = None;
-    for job in jobs {
+    for (i, job) in jobs.iter().enumerate() {
         match (last, runs.last_mut()) {
-            (Some(q), Some((_, n))) if q == job.queue => *n += 1,
+            (Some(q), Some((_, end))) if q == job.queue => *end = i + 1,
             _ => {
                 let labels = [("queue", job.queue.clone()), ("broker", broker.to_owned())];
-                runs.push((counter!("hopper_jobs_enqueued_total", &labels), 1));
+                runs.push((counter!("hopper_jobs_enqueued_total", &labels), i + 1));
                 last = Some(&job.queue);
             }
         }

@@ -22,6 +22,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0004_workers.sql"),
     include_str!("../migrations/0005_unique_keys.sql"),
     include_str!("../migrations/0006_worker_schedules.sql"),
+    include_str!("../migrations/0007_record_unique_keys.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.

@@ -11,8 +11,9 @@
 //! - `{bucket}` and `{kept}`: the span of a throughput bucket and how far back buckets
 //!   are kept, in milliseconds ([`BUCKET`] and [`KEPT`]).
 //! - `{ids}`: a list of `?`; `{pairs}`: a list of `(?, ?)`; `{triples}`: of `(?, ?, ?)`;
-//!   `{rows}` and `{each}`: a fragment file repeated (`enqueue_row.sql`, `settle_row.sql`,
-//!   `throughput_row.sql`, `unique_row.sql`, `next_due.sql`, `probe_queue.sql`).
+//!   `{rows}` and `{each}`: a fragment file repeated (`enqueue_row.sql`,
+//!   `enqueue_keyed_row.sql`, `settle_row.sql`, `throughput_row.sql`, `unique_row.sql`,
+//!   `next_due.sql`, `probe_queue.sql`).
 //! - In listings, `{after}` and `{order}`: the comparison that keeps what comes after the
 //!   cursor, and the sort direction, oldest or newest first ([`keyset`]); `{due}`: due or
 //!   scheduled. Cursors are compared column by column (`a > ? OR (a = ? AND id > ?)`), which
@@ -104,6 +105,10 @@ statements! {
     ENQUEUE = "enqueue.sql";
     /// One job's values.
     ENQUEUE_ROW = "enqueue_row.sql";
+    /// Adds jobs with their unique keys: `{rows}` of `ENQUEUE_KEYED_ROW`.
+    ENQUEUE_KEYED = "enqueue_keyed.sql";
+    /// One job's values, then its key.
+    ENQUEUE_KEYED_ROW = "enqueue_keyed_row.sql";
     /// The database clock, once for a whole enqueue of jobs with unique keys.
     CLOCK = "clock.sql";
     /// Takes free unique keys and locks held ones: `{rows}` of `UNIQUE_ROW`.
@@ -261,6 +266,11 @@ pub(crate) fn enqueue(n: usize) -> String {
     repeat(&ENQUEUE, "{rows}", &ENQUEUE_ROW, n, ", ")
 }
 
+/// The insert of `n` jobs of an enqueue in which some job has a unique key.
+pub(crate) fn enqueue_keyed(n: usize) -> String {
+    repeat(&ENQUEUE_KEYED, "{rows}", &ENQUEUE_KEYED_ROW, n, ", ")
+}
+
 /// `template` (`UNIQUE_TAKE` or `UNIQUE_MOVE`) for `n` keys.
 pub(crate) fn unique_rows(template: &str, n: usize) -> String {
     repeat(template, "{rows}", &UNIQUE_ROW, n, ", ")
@@ -326,8 +336,8 @@ pub(crate) fn probe(n: usize) -> String {
 mod tests {
     use super::{
         COUNTS, COUNTS_BOUNDED, LIST_FINISHED, LIST_LEASED, UNIQUE_MOVE, UNIQUE_TAKE, all,
-        claim_one, enqueue, keyset, list_level, padded, probe, settle_update, throughput_add,
-        unique_rows, with_ids, with_pairs, with_triples,
+        claim_one, enqueue, enqueue_keyed, keyset, list_level, padded, probe, settle_update,
+        throughput_add, unique_rows, with_ids, with_pairs, with_triples,
     };
 
     #[test]
@@ -355,6 +365,9 @@ mod tests {
         let sql = with_pairs("(a, b) IN ({pairs})", 2);
         assert_eq!(sql.as_str(), "(a, b) IN ((?, ?), (?, ?))");
         assert_eq!(enqueue(3).as_str().matches('?').count(), 24);
+        let keyed = enqueue_keyed(3);
+        assert_eq!(keyed.matches('?').count(), 27, "{keyed}");
+        assert!(keyed.contains("created_at,\n     unique_key)"), "{keyed}");
         let sql = with_triples("x IN ({triples})", 2);
         assert_eq!(sql.as_str(), "x IN ((?, ?, ?), (?, ?, ?))");
         for template in [&UNIQUE_TAKE, &UNIQUE_MOVE] {

@@ -15,8 +15,9 @@
 -- holder stored by a producer that committed while this statement ran (see 0007). A hold
 -- that stands is written back unchanged, so that RETURNING names the holder either way.
 --
--- `ins`: the jobs without a key and those that took theirs. A job whose key is held is
--- never stored, and its id stays unused.
+-- `ins`: the jobs without a key and those that took theirs, each with its key in
+-- `unique_key` (NULL without one) for its record to show after the hold ends (see 0009).
+-- A job whose key is held is never stored, and its id stays unused.
 --
 -- The result, per job in input order: its id, and the job now holding its key (NULL
 -- without a key). It was stored unless the holder is another job. Workers are woken only
@@ -48,9 +49,10 @@ taken AS (
 ),
 ins AS (
     INSERT INTO {schema}.hopper_jobs
-        (id, queue, payload, priority, run_at, max_attempts, headers, created_at)
+        (id, queue, payload, priority, run_at, max_attempts, headers, created_at, unique_key)
     SELECT u.id, u.queue, u.payload, u.priority,
-           coalesce(u.run_at, now.ms + u.delay_ms), u.max_attempts, u.headers::jsonb, now.ms
+           coalesce(u.run_at, now.ms + u.delay_ms), u.max_attempts, u.headers::jsonb, now.ms,
+           u.key
     FROM u, now
     WHERE u.key IS NULL OR u.id IN (SELECT job_id FROM taken)
     ORDER BY u.ord

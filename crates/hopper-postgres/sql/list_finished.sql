@@ -3,7 +3,8 @@
 -- index of finished jobs. `state >= 2` lets a generic plan use that partial index.
 -- Columns as list_waiting.sql's.
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers::text, created_at,
-       state, lease_id, last_error, errors::text, started_at, finished_at, lease_expires
+       state, lease_id, last_error, errors::text, started_at, finished_at, unique_key,
+       lease_expires
 FROM {schema}.hopper_jobs
 WHERE queue = $1 AND state = $2::smallint AND state >= 2
   AND (finished_at, id) > ($3::bigint, $4::bigint)

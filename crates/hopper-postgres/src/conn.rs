@@ -5,9 +5,11 @@
 //! (docs/design.md, "Costs that set the speed"), and a pool's reaper and acquire timeouts
 //! register tokio timers, which tests on tokio's paused clock cannot have while they wait
 //! on a socket. A connection that fails with an I/O error is dropped and the next call
-//! opens a new one.
+//! opens a new one; so are the idle connections beside it, which the same server restart
+//! or `pg_terminate_backend` has most likely ended too, so that the one resend a broker
+//! call makes after a lost connection does not land on another dead one.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hopper_core::{Error, Result, connect_within};
@@ -22,6 +24,8 @@ pub(crate) struct Connections {
     limit: Duration,
     slots: Vec<Mutex<Option<PgConnection>>>,
     next: AtomicUsize,
+    /// A connection of this set was found gone: the next `get` drops the idle ones.
+    suspect: AtomicBool,
 }
 
 impl std::fmt::Debug for Connections {
@@ -37,6 +41,7 @@ impl std::fmt::Debug for Connections {
 /// One connection, held until dropped.
 pub(crate) struct Held<'a> {
     slot: MutexGuard<'a, Option<PgConnection>>,
+    suspect: &'a AtomicBool,
 }
 
 thread_local! {
@@ -80,10 +85,12 @@ impl Held<'_> {
         Error::broker(what.to_owned(), e)
     }
 
-    /// Drops the connection if `e` says it is broken, so the next call reconnects.
+    /// Drops the connection if `e` says it is broken, so the next call reconnects, and
+    /// has the next call drop the idle connections beside it.
     pub(crate) fn check(&mut self, e: &sqlx::Error) {
         if is_connection_error(e) {
             *self.slot = None;
+            self.suspect.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -145,6 +152,7 @@ impl Connections {
             limit,
             slots: (0..n).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
+            suspect: AtomicBool::new(false),
         }
     }
 
@@ -156,6 +164,14 @@ impl Connections {
     /// in turn once it is free. So connections are opened only as calls overlap: a broker
     /// whose calls come one at a time keeps one.
     pub(crate) async fn get(&self) -> Result<Held<'_>> {
+        if self.suspect.swap(false, Ordering::Relaxed) {
+            // Those in use are checked by their own calls.
+            for slot in &self.slots {
+                if let Ok(mut idle) = slot.try_lock() {
+                    *idle = None;
+                }
+            }
+        }
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let n = self.slots.len();
         let mut slot = None;
@@ -177,7 +193,10 @@ impl Connections {
         if slot.is_none() {
             *slot = Some(self.open().await?);
         }
-        Ok(Held { slot })
+        Ok(Held {
+            slot,
+            suspect: &self.suspect,
+        })
     }
 
     /// Closes every idle connection politely.

@@ -2,7 +2,8 @@
 -- order they finished: at most ?5 after (?3, ?4) in (finished_at, id), in two ranges of
 -- the finished index as in list_waiting.sql. The last column is the cursor's key.
 SELECT j.id, j.queue, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts, j.headers,
-       j.created_at, j.lease_id, j.state, j.last_error, j.errors, j.finished_at, j.finished_at
+       j.created_at, j.lease_id, j.state, j.last_error, j.errors, j.finished_at, j.unique_key,
+       j.finished_at
 FROM (
     SELECT id FROM (
         SELECT id FROM hopper_jobs INDEXED BY hopper_jobs_finished

@@ -6,7 +6,8 @@
 -- one call): 57 ms past 900,000 jobs of one run_at, where this takes microseconds. The
 -- last column is the cursor's key.
 SELECT j.id, j.queue, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts, j.headers,
-       j.created_at, j.lease_id, j.state, j.last_error, j.errors, j.finished_at, j.priority
+       j.created_at, j.lease_id, j.state, j.last_error, j.errors, j.finished_at, j.unique_key,
+       j.priority
 FROM (
     SELECT id FROM (
         SELECT id FROM hopper_jobs INDEXED BY hopper_jobs_ready

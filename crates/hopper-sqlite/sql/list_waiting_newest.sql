@@ -1,7 +1,8 @@
 -- list_waiting.sql reversed: at most ?6 before (?3, ?4), with run_at after ?5, latest
 -- first.
 SELECT j.id, j.queue, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts, j.headers,
-       j.created_at, j.lease_id, j.state, j.last_error, j.errors, j.finished_at, j.priority
+       j.created_at, j.lease_id, j.state, j.last_error, j.errors, j.finished_at, j.unique_key,
+       j.priority
 FROM (
     SELECT id FROM (
         SELECT id FROM hopper_jobs INDEXED BY hopper_jobs_ready

@@ -104,7 +104,7 @@ fn read_page(
 
 fn listed(row: &Row<'_>, state: ListState) -> rusqlite::Result<(Cursor, JobRecord)> {
     let record = record_from_row(row)?;
-    let key: Option<i64> = row.get(14)?;
+    let key: Option<i64> = row.get(15)?;
     let sub = match state {
         ListState::Pending | ListState::Scheduled => record.job.run_at,
         _ => 0,

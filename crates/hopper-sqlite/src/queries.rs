@@ -59,6 +59,28 @@ pub(crate) fn insert_job(
     Ok(JobId(id))
 }
 
+/// [`insert_job`] with `INSERT_KEYED_JOB`, which also stores `key` in the row, so that the
+/// job's record shows it without a second statement. A separate statement rather than a
+/// NULL bound to the plain one keeps the plain path's statement as it was.
+pub(crate) fn insert_keyed_job(
+    insert: &mut rusqlite::CachedStatement<'_>,
+    job: &NewJob,
+    key: &str,
+    now: Millis,
+) -> rusqlite::Result<JobId> {
+    let id = insert.insert(params![
+        job.queue,
+        job.priority,
+        job.run_at_millis(now),
+        job.max_attempts,
+        job.payload,
+        job.headers_json(),
+        now,
+        key,
+    ])?;
+    Ok(JobId(id))
+}
+
 /// What one fetch claimed, in global order, and when the next delayed job falls due if
 /// some budget came back short.
 pub(crate) struct Claimed {
@@ -428,7 +450,7 @@ fn candidate_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Job, Unreadable>
 }
 
 /// Reads a job's columns (see [`job_from_row`]) followed by `state, last_error, errors,
-/// finished_at`.
+/// finished_at, unique_key`.
 pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let state = match row.get::<_, i64>(10)? {
         PENDING => JobState::Pending,
@@ -457,6 +479,9 @@ pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
         // The table keeps no start time: a claim would pay for writing one.
         started_at: None,
         finished_at: row.get(13)?,
+        // Kept by the keyed enqueue (migration 0008), so a job shows its key after it has
+        // given up the hold; NULL for a job without one or stored before the column.
+        unique_key: row.get(14)?,
     })
 }
 

@@ -36,6 +36,8 @@ statements! {
     ROLLBACK_TO_SAVEPOINT = "rollback_to_savepoint.sql";
     /// Adds one pending job; returns nothing (the id is the new rowid).
     INSERT_JOB = "insert_job.sql";
+    /// The same for a job with a unique key, which keeps the key for its record.
+    INSERT_KEYED_JOB = "insert_keyed_job.sql";
     /// Dead-letters jobs whose lease expired on their last allowed attempt.
     REAP_FINAL_ATTEMPTS = "reap_final_attempts.sql";
     /// Returns jobs whose lease expired to pending.
@@ -151,6 +153,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0005_worker_registry.sql"),
     include_str!("../migrations/0006_unique_keys.sql"),
     include_str!("../migrations/0007_worker_schedules.sql"),
+    include_str!("../migrations/0008_job_unique_key.sql"),
 ];
 
 #[cfg(test)]

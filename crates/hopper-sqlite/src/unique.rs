@@ -29,7 +29,8 @@ pub(crate) type SweepCursor = Option<(String, String)>;
 /// job of the batch has is not stored and answers as that one did; one whose key is held
 /// by a job whose hold still stands is not stored and answers with the holder; every
 /// other job is inserted as [`queries::enqueue`] does and, with a key, takes it, over a
-/// stale holder if there was one.
+/// stale holder if there was one. A stored job with a key keeps it in its row too
+/// ([`queries::insert_keyed_job`]), for its record, after the hold ends.
 ///
 /// The holder is looked up before the job is inserted, rather than the job inserted and
 /// then deleted again on finding the key held: the writer is alone in the file, so the
@@ -40,6 +41,7 @@ pub(crate) fn enqueue(
     now: Millis,
 ) -> rusqlite::Result<Vec<Enqueued>> {
     let mut insert = conn.prepare_cached(sql::INSERT_JOB)?;
+    let mut insert_keyed = conn.prepare_cached(sql::INSERT_KEYED_JOB)?;
     let mut holder = conn.prepare_cached(sql::UNIQUE_HOLDER)?;
     let mut take = conn.prepare_cached(sql::TAKE_UNIQUE_KEY)?;
     let mut done: Vec<Enqueued> = Vec::with_capacity(jobs.len());
@@ -63,7 +65,7 @@ pub(crate) fn enqueue(
             done.push(Enqueued::existing(JobId(holder)));
             continue;
         }
-        let id = queries::insert_job(&mut insert, job, now)?;
+        let id = queries::insert_keyed_job(&mut insert_keyed, job, &unique.key, now)?;
         take.execute(params![
             job.queue,
             unique.key,

@@ -20,6 +20,7 @@ mod sqlite {
     mod suite;
     pub mod support;
     mod unique;
+    mod unique_key_migration;
     mod unique_migration;
     mod unreadable;
     mod worker_suite;

@@ -129,6 +129,8 @@ pub struct JobView {
     pub run_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    /// The unique key it was enqueued with, if any.
+    pub unique_key: Option<String>,
     pub headers: BTreeMap<String, String>,
     /// The payload, when it is JSON.
     #[schema(value_type = Option<Object>)]
@@ -165,6 +167,7 @@ impl From<&JobRecord> for JobView {
             run_at: j.run_at,
             started_at: r.started_at,
             finished_at: r.finished_at,
+            unique_key: r.unique_key.clone(),
             headers: j.headers.clone(),
             payload_json: json,
             payload_text: text,

@@ -152,6 +152,12 @@ fn unique_keys_print_the_holder() {
         queued, first,
         "the key is held whatever the new job's scope"
     );
+    let shown = hopper(&["--broker", &url, "jobs", "show", id, "--json"]);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["unique_key"], "order-7");
+    let text = hopper(&["--broker", &url, "jobs", "show", id]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("unique key   order-7"), "{text}");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let counts = rt.block_on(async {
         let broker = hopper::connect(&url).await.unwrap();

@@ -162,6 +162,7 @@ impl State {
         finished_at: Option<Millis>,
     ) -> JobRecord {
         let errors = self.errors.get(&job.id).cloned().unwrap_or_default();
+        let id = job.id;
         JobRecord {
             job,
             state,
@@ -169,6 +170,7 @@ impl State {
             errors,
             started_at: None,
             finished_at,
+            unique_key: self.holds.key_of(id),
         }
     }
 

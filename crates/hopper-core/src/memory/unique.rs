@@ -27,6 +27,8 @@ pub(super) struct Holds {
     waiting: IdMap<JobId, i16>,
     /// How many keys the last pruning left: the next runs once there are twice as many.
     kept: usize,
+    /// The key each job still in the broker was enqueued with, for its record.
+    keys: IdMap<JobId, String>,
 }
 
 impl Holds {
@@ -71,6 +73,7 @@ impl Holds {
     ) {
         let code = unique.scope.code();
         let until = unique.scope.until(now);
+        self.keys.insert(job, unique.key.clone());
         self.by_key
             .insert((queue.to_owned(), unique.key), Hold { job, code, until });
         self.waiting.insert(job, code);
@@ -89,8 +92,17 @@ impl Holds {
 
     /// `job` left the broker (acknowledged, discarded): its hold ends.
     pub(super) fn gone(&mut self, job: JobId) {
-        if !self.waiting.is_empty() {
+        if !self.keys.is_empty() {
             self.waiting.remove(&job);
+            self.keys.remove(&job);
+        }
+    }
+
+    /// The key `job` was enqueued with, while it is in the broker.
+    pub(super) fn key_of(&self, job: JobId) -> Option<String> {
+        match self.keys.is_empty() {
+            true => None,
+            false => self.keys.get(&job).cloned(),
         }
     }
 
@@ -100,8 +112,11 @@ impl Holds {
         if self.by_key.is_empty() {
             return;
         }
-        let waiting = &mut self.waiting;
+        let (waiting, keys) = (&mut self.waiting, &mut self.keys);
         self.by_key.retain(|(q, _), hold| {
+            if q == queue {
+                keys.remove(&hold.job);
+            }
             let keep = q != queue || hold.code == 2;
             if !keep {
                 waiting.remove(&hold.job);

@@ -107,3 +107,29 @@ async fn counters_and_histograms_match_the_run() {
         "{delays:?}"
     );
 }
+
+/// A duplicate of a unique key is not enqueued, and is not counted as enqueued.
+#[tokio::test(start_paused = true)]
+async fn duplicates_are_not_counted_as_enqueued() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let (_, broker) = memory();
+    let keyed = || NewJob::new("q", b"1".to_vec()).unique_key("k");
+    let plain = NewJob::new("q", b"2".to_vec());
+    let other = NewJob::new("r", b"3".to_vec());
+    broker
+        .enqueue(vec![keyed(), keyed(), plain, other])
+        .await
+        .unwrap();
+    broker.enqueue(vec![keyed()]).await.unwrap();
+    let mut enqueued = std::collections::BTreeMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        if let DebugValue::Counter(n) = value {
+            if key.key().name() == "hopper_jobs_enqueued_total" {
+                enqueued.insert(label(&key, "queue").unwrap(), n);
+            }
+        }
+    }
+    assert_eq!(enqueued, [("q".into(), 2), ("r".into(), 1)].into());
+}

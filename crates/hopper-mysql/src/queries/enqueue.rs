@@ -73,10 +73,36 @@ pub(crate) async fn insert(
     now: Option<Millis>,
     id_step: i64,
 ) -> Result<Vec<JobId>, sqlx::Error> {
+    insert_rows(conn, rows, now, id_step, false).await
+}
+
+/// [`insert`], writing each job's unique key (NULL for a job without one) into its row in
+/// the same statement, so that its record shows the key whether or not the job keeps it.
+/// Only enqueues in which some job has a key come here: the plain insert binds no key.
+pub(crate) async fn insert_keyed(
+    conn: &mut MySqlConnection,
+    rows: &[NewRow<'_>],
+    now: Option<Millis>,
+    id_step: i64,
+) -> Result<Vec<JobId>, sqlx::Error> {
+    insert_rows(conn, rows, now, id_step, true).await
+}
+
+async fn insert_rows(
+    conn: &mut MySqlConnection,
+    rows: &[NewRow<'_>],
+    now: Option<Millis>,
+    id_step: i64,
+    keyed: bool,
+) -> Result<Vec<JobId>, sqlx::Error> {
     let n = rows.len();
     // Insert texts cannot be padded; keep prepared only the sizes that recur.
     let recurring = n <= 8 || n == ENQUEUE_ROWS;
-    let text = sql::enqueue(n);
+    let text = if keyed {
+        sql::enqueue_keyed(n)
+    } else {
+        sql::enqueue(n)
+    };
 
     let mut query = sqlx::query(&text).persistent(recurring);
     for row in rows {
@@ -89,6 +115,9 @@ pub(crate) async fn insert(
             .bind(row.job.payload.as_slice())
             .bind(row.headers.as_deref())
             .bind(now);
+        if keyed {
+            query = query.bind(row.job.unique.as_ref().map(|u| u.key.as_str()));
+        }
     }
     let done = query.execute(&mut *conn).await?;
     if done.rows_affected() != n as u64 {

@@ -65,7 +65,8 @@ pub(super) fn state_from_code(code: i8) -> Result<JobState, sqlx::Error> {
 }
 
 /// Reads a job's columns (see [`job_from_row`]) followed by `state, lease_id, last_error,
-/// finished_at, errors` (the record columns of `job_record.sql`).
+/// finished_at, errors, lease_expires, unique_key` (the record columns of `job_record.sql`;
+/// `lease_expires` is the listings' cursor, not part of the record).
 pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> {
     let state = state_from_code(row.try_get::<i8, _>(9)?)?;
     let lease = match (state, row.try_get::<Option<i64>, _>(10)?) {
@@ -79,6 +80,7 @@ pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> 
         errors: errors_from_json(row.try_get::<Option<String>, _>(13)?.as_deref()),
         started_at: None,
         finished_at: row.try_get(12)?,
+        unique_key: row.try_get(15)?,
     })
 }
 

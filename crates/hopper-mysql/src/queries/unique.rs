@@ -4,8 +4,9 @@
 //! reads or writes `hopper_unique`.
 //!
 //! An enqueue with keys is one transaction, run again after a deadlock (see `broker`):
-//! 1. the jobs are inserted as any others, all but those whose key an earlier job of the
-//!    batch carries ([`earlier_with_key`]);
+//! 1. the jobs are inserted as any others, each with its key in its row for its record
+//!    (`enqueue_keyed.sql`), all but those whose key an earlier job of the batch carries
+//!    ([`earlier_with_key`]);
 //! 2. one `INSERT … ON DUPLICATE KEY UPDATE` takes every key no job holds and locks every
 //!    key one does, in (queue, key) order, so that racing producers queue up on a shared
 //!    key rather than deadlock; a producer that finds a key taken waits there until the
@@ -27,7 +28,7 @@ use hopper_core::{Enqueued, JobId, JobState, Millis, NewJob, UniqueScope};
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
-use super::enqueue::{chunks, insert, new_rows};
+use super::enqueue::{chunks, insert_keyed, new_rows};
 use super::rows::state_from_code;
 use crate::sql::{self, MAX_LIST, fixed, padded, padded_tuples};
 
@@ -103,7 +104,7 @@ pub(crate) async fn enqueue_keyed(
     let rows = new_rows(firsts.iter().copied(), Some(now));
     let mut ids = Vec::with_capacity(rows.len());
     for chunk in chunks(&rows) {
-        ids.extend(insert(conn, chunk, Some(now), id_step).await?);
+        ids.extend(insert_keyed(conn, chunk, Some(now), id_step).await?);
     }
 
     let mut takes: Vec<Take<'_>> = firsts

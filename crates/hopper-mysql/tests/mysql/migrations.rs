@@ -20,7 +20,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
     assert_eq!(
         err.to_string(),
         format!(
-            "broker error: the hopper schema in {url} is at version 0 but this build needs 6: \
+            "broker error: the hopper schema in {url} is at version 0 but this build needs 7: \
              run `hopper migrate --broker {url}`",
             url = db.url
         )
@@ -30,7 +30,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
 #[tokio::test]
 async fn migrating_twice_applies_nothing_the_second_time() {
     let db = TempDatabase::empty().await;
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 7);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     assert_eq!(broker.url(), db.url);
@@ -46,7 +46,7 @@ async fn concurrent_migrations_apply_each_version_once() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 6]);
+    assert_eq!(applied, [0, 7]);
 }
 
 #[tokio::test]
@@ -60,7 +60,7 @@ async fn a_schema_newer_than_this_build_is_refused() {
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema in {} is at version 99, newer than this build (6): upgrade hopper",
+            "the hopper schema in {} is at version 99, newer than this build (7): upgrade hopper",
             db.url
         )),
         "{err}"
@@ -146,8 +146,8 @@ async fn a_database_of_version_2_keeps_its_jobs() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 2 but this build needs 6"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
+    assert!(err.contains("at version 2 but this build needs 7"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -210,7 +210,7 @@ async fn a_database_of_version_2_keeps_its_jobs() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let _ = conn.close().await;
 }
@@ -239,8 +239,8 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 3 but this build needs 6"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
+    assert!(err.contains("at version 3 but this build needs 7"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -292,7 +292,7 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -304,10 +304,10 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
 }
 
 /// A database at version 4, as an earlier release left it, holding a job: migrating adds
-/// the table of unique keys (and the workers' schedules), after which a job enqueued with a key is stored once and its
-/// duplicate answers with it, and the job already there is worked as before. A run that
-/// stopped before recording version 5 finds the table there, keeps the holds it has, and
-/// counts it as applied.
+/// the table of unique keys (and the workers' schedules, and the column of records' keys),
+/// after which a job enqueued with a key is stored once and its duplicate answers with it,
+/// and the job already there is worked as before. A run that stopped before recording
+/// version 5 finds the table there, keeps the holds it has, and counts it as applied.
 #[tokio::test]
 async fn a_database_of_version_4_gains_unique_keys() {
     let db = TempDatabase::empty().await;
@@ -326,8 +326,8 @@ async fn a_database_of_version_4_gains_unique_keys() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 4 but this build needs 6"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert!(err.contains("at version 4 but this build needs 7"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -348,7 +348,7 @@ async fn a_database_of_version_4_gains_unique_keys() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
     let kept = broker.enqueue_reported(keyed()).await.unwrap();
@@ -357,13 +357,13 @@ async fn a_database_of_version_4_gains_unique_keys() {
     let _ = conn.close().await;
 }
 
-/// A database at version 5, as the previous release left it, with a worker listed: its
+/// A database at version 5, as an earlier release left it, with a worker listed: its
 /// row gains an empty list of schedules, so the listing reads it as a worker with none and
 /// its queues as they were; its next report, and a new worker's, store their schedules.
 /// A run that stopped before recording version 6 finds the column there, keeps what it
 /// holds, and counts it as applied.
 #[tokio::test]
-async fn a_database_of_the_previous_version_gains_worker_schedules() {
+async fn a_database_of_version_5_gains_worker_schedules() {
     let db = TempDatabase::empty().await;
     let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
     let queues = r#"[{"queue": "q", "concurrency": 2, "held": 0, "running": 0, "window": 2,
@@ -387,8 +387,8 @@ async fn a_database_of_the_previous_version_gains_worker_schedules() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 5 but this build needs 6"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert!(err.contains("at version 5 but this build needs 7"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -430,14 +430,102 @@ async fn a_database_of_the_previous_version_gains_worker_schedules() {
     assert_eq!(schedules(broker.workers().await.unwrap()), reported);
     broker.close().await;
 
-    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version = 6")
+    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version >= 6")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
+    let broker = connect().await.unwrap();
+    assert_eq!(schedules(broker.workers().await.unwrap()), reported, "kept");
+    broker.close().await;
+    let _ = conn.close().await;
+}
+
+/// A database at version 6, as the previous release left it, holding a job that took a
+/// unique key then: migrating adds the column of records' keys, NULL for that job, whose
+/// record shows no key while its hold still stands; jobs enqueued after with a key show it,
+/// looked up and listed either way, and a job without one that shared their batch shows
+/// none. A run that stopped before recording version 7 finds the column there, keeps what
+/// it holds, and counts it as applied.
+#[tokio::test]
+async fn a_database_of_the_previous_version_gains_the_keys_of_records() {
+    let db = TempDatabase::empty().await;
+    let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
+    for setup in [
+        include_str!("../../migrations/0001_create_jobs.sql"),
+        include_str!("../../migrations/0002_range_checks.sql"),
+        include_str!("../../migrations/0003_errors_and_pauses.sql"),
+        include_str!("../../migrations/0004_workers.sql"),
+        include_str!("../../migrations/0005_unique_keys.sql"),
+        include_str!("../../migrations/0006_worker_schedules.sql"),
+        include_str!("../../sql/migrations_table.sql"),
+        "INSERT INTO hopper_migrations (version, applied_at)
+         VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)",
+        "INSERT INTO hopper_jobs (id, queue, state, run_at, attempt, max_attempts, payload,
+                                  created_at)
+         VALUES (1, 'q', 0, 0, 0, 5, 'old', 0)",
+        "INSERT INTO hopper_unique (queue, `key`, job_id, scope, until)
+         VALUES ('q', 'old', 1, 1, NULL)",
+    ] {
+        sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
+    }
+    let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
+    assert!(err.contains("at version 6 but this build needs 7"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+
+    let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
+    let broker = connect().await.unwrap();
+    let old = broker.job(JobId(1)).await.unwrap().unwrap();
+    assert_eq!(old.unique_key, None, "{old:?}");
+    let again = broker
+        .enqueue_reported(vec![NewJob::new("q", "dup").unique_key("old")])
+        .await
+        .unwrap();
+    assert_eq!(again, [Enqueued::existing(JobId(1))], "its hold stands");
+    let batch = vec![
+        NewJob::new("q", "new").unique_key("new"),
+        NewJob::new("q", "plain"),
+    ];
+    let stored = broker.enqueue_reported(batch).await.unwrap();
+    assert!(stored.iter().all(|e| !e.existing), "{stored:?}");
+    let new = broker.job(stored[0].id).await.unwrap().unwrap();
+    assert_eq!(new.unique_key.as_deref(), Some("new"), "{new:?}");
+    let listed_keys = |newest_first| {
+        let broker = &broker;
+        async move {
+            let query = JobQuery {
+                newest_first,
+                ..JobQuery::new("q", ListState::Pending, 10)
+            };
+            let page = broker.list_jobs(&query).await.unwrap();
+            let keys: Vec<(JobId, Option<String>)> = page
+                .jobs
+                .into_iter()
+                .map(|r| (r.job.id, r.unique_key))
+                .collect();
+            keys
+        }
+    };
+    let mut listed = vec![
+        (JobId(1), None),
+        (stored[0].id, Some("new".to_owned())),
+        (stored[1].id, None),
+    ];
+    assert_eq!(listed_keys(false).await, listed);
+    listed.reverse();
+    assert_eq!(listed_keys(true).await, listed);
+    broker.close().await;
+
+    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version = 7")
         .execute(&mut conn)
         .await
         .unwrap();
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
-    assert_eq!(schedules(broker.workers().await.unwrap()), reported, "kept");
+    let kept = broker.job(stored[0].id).await.unwrap().unwrap();
+    assert_eq!(kept.unique_key.as_deref(), Some("new"), "kept");
     broker.close().await;
     let _ = conn.close().await;
 }

@@ -55,8 +55,8 @@ async fn a_database_from_before_the_checks_keeps_its_jobs_and_buries_the_bad_row
     let db = TempDatabase::migrated().await;
     let mut conn = raw(&db).await;
     // Back to version 1, as the previous release left it, holding rows other programs wrote.
-    // Version 3's column and index, the tables of versions 4 and 5 and the column of
-    // version 6 stay: their second runs find them and count as applied.
+    // Version 3's column and index, the tables of versions 4 and 5 and the columns of
+    // versions 6 and 7 stay: their second runs find them and count as applied.
     conn.execute(sqlx::raw_sql(
         "ALTER TABLE hopper_jobs DROP CONSTRAINT hopper_jobs_state,
              DROP CONSTRAINT hopper_jobs_run_at, DROP CONSTRAINT hopper_jobs_attempt,
@@ -71,7 +71,7 @@ async fn a_database_from_before_the_checks_keeps_its_jobs_and_buries_the_bad_row
     ))
     .await
     .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
 
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     let counts = broker.counts("q").await.unwrap();
@@ -110,6 +110,6 @@ async fn a_database_from_before_the_checks_keeps_its_jobs_and_buries_the_bad_row
     ))
     .await
     .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
     let _ = conn.close().await;
 }

@@ -84,7 +84,7 @@ fn cursor_of(state: ListState, row: &PgRow, record: &JobRecord) -> Result<Cursor
             id,
         },
         ListState::Leased => Cursor {
-            key: row.try_get::<Option<i64>, _>(15)?.unwrap_or(0),
+            key: row.try_get::<Option<i64>, _>("lease_expires")?.unwrap_or(0),
             sub: 0,
             id,
         },

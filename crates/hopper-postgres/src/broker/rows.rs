@@ -39,7 +39,8 @@ fn read_job(row: &PgRow, lease: LeaseId, strict: bool) -> Result<Job, sqlx::Erro
 }
 
 /// Decodes a job record from the columns of job_record.sql: the job's, then state,
-/// lease_id, last_error, errors, started_at and finished_at.
+/// lease_id, last_error, errors, started_at, finished_at and unique_key. Listings select
+/// the same columns first, so one decoder serves every statement that shows records.
 pub(super) fn record_from_row(row: &PgRow) -> Result<JobRecord, sqlx::Error> {
     let state: i16 = row.try_get(9)?;
     let lease: Option<i64> = row.try_get(10)?;
@@ -61,6 +62,7 @@ pub(super) fn record_from_row(row: &PgRow) -> Result<JobRecord, sqlx::Error> {
         errors: history_for_record(row.try_get::<Option<String>, _>(12)?.as_deref()),
         started_at: row.try_get(13)?,
         finished_at: row.try_get(14)?,
+        unique_key: row.try_get(15)?,
     })
 }
 

@@ -14,7 +14,7 @@ async fn an_unmigrated_schema_is_refused_with_what_to_run() {
         .to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema {schema} in {} is at version 0 but this build needs 8: run `hopper migrate --broker {}`",
+            "the hopper schema {schema} in {} is at version 0 but this build needs 9: run `hopper migrate --broker {}`",
             url(),
             url()
         )),
@@ -33,7 +33,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 8]);
+    assert_eq!(applied, [0, 9]);
     assert_eq!(
         hopper_postgres::migrate_with(&url, &options).await.unwrap(),
         0
@@ -48,7 +48,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
 async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
     let schema = unique_name("hopper_t");
     let with_schema = format!("{}?schema={schema}", url());
-    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 8);
+    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 9);
     let broker = PgBroker::connect(&with_schema).await.unwrap();
     assert_eq!(broker.schema(), schema);
     let debug = format!("{broker:?}");
@@ -164,7 +164,7 @@ async fn a_schema_from_before_the_operator_calls_keeps_its_jobs() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        4
+        5
     );
     let index: String = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = $2",
@@ -268,7 +268,7 @@ async fn a_schema_from_before_live_workers_keeps_its_jobs_and_lists_workers() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        3
+        4
     );
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes
@@ -352,7 +352,7 @@ async fn a_schema_from_before_unique_keys_keeps_its_jobs_and_takes_keys() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        2
+        3
     );
     let index: String = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'hopper_unique'",
@@ -423,7 +423,7 @@ async fn a_schema_from_before_worker_schedules_lists_its_workers_with_none() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        1
+        2
     );
     let column: (String, String, Option<String>) = sqlx::query_as(
         "SELECT data_type, is_nullable, column_default FROM information_schema.columns
@@ -495,6 +495,65 @@ async fn a_schema_from_before_worker_schedules_lists_its_workers_with_none() {
     beat.worker.schedules.clear();
     broker.heartbeat(&beat).await.unwrap();
     assert!(broker.workers().await.unwrap()[2].schedules.is_empty());
+    broker.close().await;
+    drop_schema(name);
+}
+
+/// A schema at version 8, as the release before records showed unique keys left it, with
+/// a job stored then: `migrate` adds the column (nullable, no default: no row rewritten),
+/// the old job reads as enqueued without a key, and a keyed job enqueued after shows its
+/// key, while a plain one beside it shows none.
+#[tokio::test]
+async fn a_schema_from_before_record_keys_shows_keys_of_jobs_enqueued_after() {
+    use hopper_core::{Broker, JobId, NewJob};
+    use sqlx::Connection;
+
+    let options = super::support::schema_at(8).await;
+    let name = options.schema.clone();
+    let mut raw = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let old: i64 = sqlx::query_scalar(&format!(
+        "INSERT INTO {name}.hopper_jobs (queue, state, run_at, attempt, max_attempts,
+                                         payload, created_at)
+         VALUES ('q', 0, 0, 0, 5, 'old', 0) RETURNING id"
+    ))
+    .fetch_one(&mut raw)
+    .await
+    .unwrap();
+    assert_eq!(
+        hopper_postgres::migrate_with(&url(), &options)
+            .await
+            .unwrap(),
+        1
+    );
+    let column: (String, String, Option<String>) = sqlx::query_as(
+        "SELECT data_type, is_nullable, column_default FROM information_schema.columns
+         WHERE table_schema = $1 AND table_name = 'hopper_jobs' AND column_name = 'unique_key'",
+    )
+    .bind(&name)
+    .fetch_one(&mut raw)
+    .await
+    .unwrap();
+    assert_eq!(column, ("text".into(), "YES".into(), None));
+    raw.close().await.unwrap();
+
+    let broker = PgBroker::connect_with(&url(), options.listen(false))
+        .await
+        .unwrap();
+    let old = broker.job(JobId(old)).await.unwrap().unwrap();
+    assert_eq!(old.job.payload, b"old");
+    assert_eq!(old.unique_key, None);
+    let done = broker
+        .enqueue_reported(vec![
+            NewJob::new("q", b"keyed".to_vec()).unique_key("k"),
+            NewJob::new("q", b"plain".to_vec()),
+        ])
+        .await
+        .unwrap();
+    assert!(done.iter().all(|d| !d.existing), "{done:?}");
+    let keyed = broker.job(done[0].id).await.unwrap().unwrap();
+    assert_eq!(keyed.unique_key.as_deref(), Some("k"));
+    let plain = broker.job(done[1].id).await.unwrap().unwrap();
+    assert_eq!(plain.unique_key, None);
     broker.close().await;
     drop_schema(name);
 }

@@ -184,7 +184,7 @@ pub async fn worker_target() -> hopper_testkit::worker_cases::Target {
 }
 
 /// The crate's migrations, in order, to make a file as an earlier release left it.
-const MIGRATIONS: [&str; 7] = [
+const MIGRATIONS: [&str; 8] = [
     include_str!("../../migrations/0001_create_jobs.sql"),
     include_str!("../../migrations/0002_one_lease_index.sql"),
     include_str!("../../migrations/0003_range_checks.sql"),
@@ -192,6 +192,7 @@ const MIGRATIONS: [&str; 7] = [
     include_str!("../../migrations/0005_worker_registry.sql"),
     include_str!("../../migrations/0006_unique_keys.sql"),
     include_str!("../../migrations/0007_worker_schedules.sql"),
+    include_str!("../../migrations/0008_job_unique_key.sql"),
 ];
 
 /// A connection to `db`, its schema built by the first `version` migrations and marked

@@ -75,6 +75,11 @@ pub async fn unique_keys(broker: Arc<dyn Broker>) {
         "the same key on another queue is another key"
     );
     assert_eq!(counts(&broker, "q").await, counts_of(2, 0, 0, 0));
+    let keys = (
+        record(&broker, u).await.unique_key,
+        record(&broker, first[3].id).await.unique_key,
+    );
+    assert_eq!(keys, (Some("u".to_owned()), None), "records show the key");
     // Held while leased and while waiting to retry; free once acknowledged.
     let held = fetch(&broker, "q", 2, TTL).await;
     assert_eq!(ids(&held.jobs), vec![u, first[3].id]);
@@ -103,6 +108,12 @@ pub async fn unique_keys(broker: Arc<dyn Broker>) {
     let held = fetch(&broker, "q", 1, TTL).await;
     let died = Outcome::DeadLetter { error: "no".into() };
     settle(&broker, one(next[0].id, held.lease, died)).await;
+    let dead = record(&broker, next[0].id).await;
+    assert_eq!(
+        dead.unique_key.as_deref(),
+        Some("u"),
+        "a dead letter keeps its key"
+    );
     let after_dead = put(&broker, vec![keyed("q", "u", unfinished)]).await;
     assert!(!after_dead[0].existing, "stored once the holder died");
     broker.cancel(after_dead[0].id).await.unwrap();

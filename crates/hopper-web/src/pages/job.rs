@@ -61,6 +61,7 @@ fn job_body(app: &App, r: &JobRecord) -> Markup {
                 dt { "due" } dd { (time(j.run_at)) }
                 @if let Some(at) = r.started_at { dt { "last started" } dd { (time(at)) } }
                 @if let Some(at) = r.finished_at { dt { "finished" } dd { (time(at)) } }
+                @if let Some(key) = &r.unique_key { dt { "unique key" } dd #unique-key { code { (key) } } }
             }
         }
         h2 { "Payload" }

@@ -151,6 +151,13 @@ async fn reads_answer_what_the_broker_holds() {
         .json();
     assert_eq!(died["state"], "dead");
     assert_eq!(died["errors"][0]["error"], format!("boom {}", dead[0]));
+    assert_eq!(died["unique_key"], serde_json::Value::Null);
+    let keyed = hopper::NewJob::new("reports", b"{}".to_vec()).unique_key("weekly");
+    let keyed = broker.enqueue(vec![keyed]).await.unwrap()[0];
+    let keyed = get(&server, &format!("/api/jobs/{}", keyed.0), &[])
+        .await
+        .json();
+    assert_eq!(keyed["unique_key"], "weekly");
     assert_eq!(
         get(&server, "/api/workers", &[]).await.json(),
         serde_json::json!([])
