@@ -19,8 +19,10 @@ pub const MAX_UNIQUE_KEY: usize = 255;
 /// How long a job holds its unique key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UniqueScope {
-    /// While it waits to run for the first time: pending or scheduled, never yet taken by
-    /// a worker. Once a worker takes it, the next job with the key is stored.
+    /// While it waits with no attempt charged: from its enqueue until a worker takes it,
+    /// and again while it waits after being handed back uncharged (released, snoozed, or
+    /// re-driven from the dead letters) if no other job took the key meanwhile. Once a
+    /// worker takes it, the next job with the key is stored.
     Queued,
     /// Until it ends: while it waits, runs, or waits to be retried. Once it completes, is
     /// dead-lettered, cancelled or purged, the next job with the key is stored. The
@@ -104,7 +106,8 @@ impl UniqueKey {
 /// What an enqueue did with one job ([`Broker::enqueue_reported`](crate::Broker::enqueue_reported)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Enqueued {
-    /// The stored job's id; for a duplicate, the id of the job holding its key.
+    /// The stored job's id; for a duplicate, the id of the job holding its key, which
+    /// under a period ([`UniqueScope::For`]) may have finished and be gone.
     pub id: JobId,
     /// The job was not stored: a job holding its unique key was already there.
     pub existing: bool,

@@ -147,6 +147,7 @@ impl MemoryBroker {
                 done += 1;
                 touched.insert(job.queue.clone());
                 if retry {
+                    st.holds.uncharged(id);
                     job.attempt = 0;
                     job.run_at = now;
                     job.lease = LeaseId(0);

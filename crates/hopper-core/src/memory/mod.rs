@@ -265,11 +265,17 @@ impl Broker for MemoryBroker {
                     Outcome::DeadLetter { error } => st.dead_letter(job, error, now),
                     Outcome::Release => {
                         job.attempt = job.attempt.saturating_sub(1);
+                        if job.attempt == 0 {
+                            st.holds.uncharged(job.id);
+                        }
                         st.queue(&job.queue).push(job, now);
                         requeued = true;
                     }
                     Outcome::Snooze { delay } => {
                         job.attempt = job.attempt.saturating_sub(1);
+                        if job.attempt == 0 {
+                            st.holds.uncharged(job.id);
+                        }
                         job.run_at = now + delay.as_millis() as i64;
                         st.queue(&job.queue).push(job, now);
                         requeued = true;

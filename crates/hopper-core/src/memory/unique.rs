@@ -1,14 +1,15 @@
 //! Unique keys on the memory broker ([`crate::job::UniqueScope`]): each key's holder, and
-//! the jobs holding keys that have not left the broker, by which a holder is known to be
-//! still pending. Every hook below costs one emptiness test while no job has a key.
+//! what the broker must know of the jobs that took keys to decide, as the SQL brokers do
+//! from a job's row, whether a hold still stands. Every hook below costs one emptiness
+//! test while no job has a key.
 //!
 //! What a holder is when it is held or finished, the broker's state says; the calls here
-//! take it as `status`.
+//! take it as `status`. A job that is neither is pending while it is in `keyed`, and
+//! uncharged while it is in `uncharged`.
 
 use std::collections::HashMap;
 
-use crate::job::JobState;
-use crate::job::{IdMap, JobId, Millis, UniqueKey, UniqueScope};
+use crate::job::{IdMap, IdSet, JobId, JobState, Millis, UniqueKey, UniqueScope};
 
 /// The job holding a key, with its scope's code and, for a period, its end.
 #[derive(Debug)]
@@ -18,17 +19,25 @@ struct Hold {
     until: Option<Millis>,
 }
 
-/// Keys by queue and key, and the jobs holding them.
+/// The key a job still in the broker was enqueued with, and its queue.
+#[derive(Debug)]
+struct Keyed {
+    queue: String,
+    key: String,
+}
+
+/// Keys by queue and key, and the jobs that took them.
 #[derive(Debug, Default)]
 pub(super) struct Holds {
     by_key: HashMap<(String, String), Hold>,
-    /// Jobs that took a key and are still in the broker, never yet taken by a worker when
-    /// their scope is `Queued`: with the scope's code.
-    waiting: IdMap<JobId, i16>,
+    /// Jobs that took a key and are still in the broker, by id.
+    keyed: IdMap<JobId, Keyed>,
+    /// Of those, the ones pending with no attempt charged: never taken yet, or handed back
+    /// uncharged (released, snoozed, re-driven). A `Queued` hold stands while its job is
+    /// here, as the SQL brokers read `state = pending AND attempt = 0`.
+    uncharged: IdSet<JobId>,
     /// How many keys the last pruning left: the next runs once there are twice as many.
     kept: usize,
-    /// The key each job still in the broker was enqueued with, for its record.
-    keys: IdMap<JobId, String>,
 }
 
 impl Holds {
@@ -51,12 +60,15 @@ impl Holds {
         now: Millis,
         status: &impl Fn(JobId) -> Option<(JobState, u32)>,
     ) -> bool {
-        // Not held nor finished but still here: pending. A queued-scope holder leaves
-        // `waiting` when first taken, so one found here was never charged.
         let state = status(hold.job).or_else(|| {
-            self.waiting
+            let attempt = if self.uncharged.contains(&hold.job) {
+                0
+            } else {
+                1
+            };
+            self.keyed
                 .contains_key(&hold.job)
-                .then_some((JobState::Pending, if hold.code == 0 { 0 } else { 1 }))
+                .then_some((JobState::Pending, attempt))
         });
         UniqueScope::holds(hold.code, state, hold.until, now)
     }
@@ -73,72 +85,80 @@ impl Holds {
     ) {
         let code = unique.scope.code();
         let until = unique.scope.until(now);
-        self.keys.insert(job, unique.key.clone());
+        let keyed = Keyed {
+            queue: queue.to_owned(),
+            key: unique.key.clone(),
+        };
+        self.keyed.insert(job, keyed);
+        self.uncharged.insert(job);
         self.by_key
             .insert((queue.to_owned(), unique.key), Hold { job, code, until });
-        self.waiting.insert(job, code);
         if self.by_key.len() > (2 * self.kept).max(1024) {
             self.prune(now, &status);
             self.kept = self.by_key.len();
         }
     }
 
-    /// A worker took `job`: a queued-scope hold ends.
+    /// A worker took `job`: an attempt is charged.
     pub(super) fn taken(&mut self, job: JobId) {
-        if !self.waiting.is_empty() && self.waiting.get(&job) == Some(&0) {
-            self.waiting.remove(&job);
+        if !self.uncharged.is_empty() {
+            self.uncharged.remove(&job);
+        }
+    }
+
+    /// `job` is pending again with no attempt charged (released, snoozed, re-driven).
+    pub(super) fn uncharged(&mut self, job: JobId) {
+        if !self.keyed.is_empty() && self.keyed.contains_key(&job) {
+            self.uncharged.insert(job);
         }
     }
 
     /// `job` left the broker (acknowledged, discarded): its hold ends.
     pub(super) fn gone(&mut self, job: JobId) {
-        if !self.keys.is_empty() {
-            self.waiting.remove(&job);
-            self.keys.remove(&job);
+        if !self.keyed.is_empty() {
+            self.keyed.remove(&job);
+            self.uncharged.remove(&job);
         }
     }
 
     /// The key `job` was enqueued with, while it is in the broker.
     pub(super) fn key_of(&self, job: JobId) -> Option<String> {
-        match self.keys.is_empty() {
+        match self.keyed.is_empty() {
             true => None,
-            false => self.keys.get(&job).cloned(),
+            false => self.keyed.get(&job).map(|k| k.key.clone()),
         }
     }
 
-    /// `queue` was purged: its jobs' holds end, but not holds for a period, which outlive
-    /// their jobs.
+    /// `queue` was purged: its jobs are gone, and with them their holds, but not holds
+    /// for a period, which outlive their jobs.
     pub(super) fn purged(&mut self, queue: &str) {
-        if self.by_key.is_empty() {
+        if self.keyed.is_empty() && self.by_key.is_empty() {
             return;
         }
-        let (waiting, keys) = (&mut self.waiting, &mut self.keys);
-        self.by_key.retain(|(q, _), hold| {
-            if q == queue {
-                keys.remove(&hold.job);
-            }
-            let keep = q != queue || hold.code == 2;
+        let uncharged = &mut self.uncharged;
+        self.keyed.retain(|job, k| {
+            let keep = k.queue != queue;
             if !keep {
-                waiting.remove(&hold.job);
+                uncharged.remove(job);
             }
             keep
         });
+        self.by_key
+            .retain(|(q, _), hold| q != queue || hold.code == 2);
     }
 
     /// Drops the keys whose hold can no longer stand, so that keys used once do not stay
-    /// forever.
+    /// forever. The jobs stay known while they are in the broker: one handed back
+    /// uncharged holds a `Queued` key again only while no other job took it meanwhile.
     fn prune(&mut self, now: Millis, status: &impl Fn(JobId) -> Option<(JobState, u32)>) {
-        let stale: Vec<((String, String), JobId)> = self
+        let stale: Vec<(String, String)> = self
             .by_key
             .iter()
             .filter(|(_, hold)| !self.stands(hold, now, status))
-            .map(|(key, hold)| (key.clone(), hold.job))
+            .map(|(key, _)| key.clone())
             .collect();
-        for (key, job) in stale {
+        for key in stale {
             self.by_key.remove(&key);
-            if status(job).is_none() {
-                self.waiting.remove(&job);
-            }
         }
     }
 }

@@ -39,6 +39,10 @@ impl PgBroker {
     /// caller's transaction ends, so other producers of the same keys wait for it; and
     /// unlike [`Broker::enqueue`], a batch that loses a deadlock to another transaction is
     /// not sent again (the caller's transaction is aborted): keep such transactions short.
+    /// Under `REPEATABLE READ` or `SERIALIZABLE` a hold is judged from the transaction's
+    /// snapshot: no duplicate gets in (a key changed since fails the transaction with a
+    /// serialization error), but a duplicate may be answered with a holder that has
+    /// finished since the snapshot.
     pub async fn enqueue_in_reported(
         &self,
         conn: &mut PgConnection,

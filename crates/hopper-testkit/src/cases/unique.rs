@@ -137,6 +137,19 @@ pub async fn unique_keys(broker: Arc<dyn Broker>) {
     assert_eq!(ids(&held.jobs), vec![queued]);
     let taken = put(&broker, vec![keyed("q", "w", UniqueScope::Queued)]).await;
     assert!(!taken[0].existing, "stored once the holder was taken");
+    // Handed back uncharged, a job holds its queued key again, as if never taken.
+    let x = put(&broker, vec![keyed("s", "x", UniqueScope::Queued)]).await[0].id;
+    let held = fetch(&broker, "s", 1, TTL).await;
+    let snooze = Outcome::Snooze {
+        delay: Duration::from_secs(1),
+    };
+    settle(&broker, one(x, held.lease, snooze)).await;
+    let again = put(&broker, vec![keyed("s", "x", UniqueScope::Queued)]).await;
+    assert_eq!(
+        again,
+        vec![Enqueued::existing(x)],
+        "held again once snoozed"
+    );
 
     // A period: held for a minute from the enqueue, even after the job completed.
     let minute = UniqueScope::For(Duration::from_secs(60));
