@@ -60,14 +60,27 @@ async fn browser() -> Browser {
     }
 }
 
-/// The job ids of listed rows, in order.
-async fn row_ids(rows: Vec<fantoccini::elements::Element>) -> Vec<i64> {
-    let mut ids = Vec::with_capacity(rows.len());
-    for row in rows {
-        let id = row.attr("data-id").await.unwrap().expect("a data-id");
-        ids.push(id.parse().unwrap());
+impl Browser {
+    /// Clicks the element with id `id` on the current page.
+    async fn click(&self, id: &str) {
+        let button = self.client.find(Locator::Id(id)).await.unwrap();
+        button.click().await.unwrap();
     }
-    ids
+
+    /// The job ids of the current page's job rows, in order.
+    async fn listed(&self) -> Vec<i64> {
+        let rows = self
+            .client
+            .find_all(Locator::Css("#jobs tbody tr"))
+            .await
+            .unwrap();
+        let mut ids = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id = row.attr("data-id").await.unwrap().expect("a data-id");
+            ids.push(id.parse().unwrap());
+        }
+        ids
+    }
 }
 
 /// Waits up to 30 s for `done`.
@@ -205,13 +218,7 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
         .goto(&format!("{base}/jobs/{}", dead[0].0))
         .await
         .unwrap();
-    b.client
-        .find(Locator::Id("retry"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("retry").await;
     eventually("the retried job to run", async || {
         ran.lock().unwrap().contains(&dead[0].0)
     })
@@ -267,13 +274,7 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
 
     // Pausing from the page stops the worker within two seconds; resuming starts it again.
     b.client.goto(&format!("{base}/queues/mail")).await.unwrap();
-    b.client
-        .find(Locator::Id("pause"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("pause").await;
     eventually("the pause", async || {
         broker.queue_stats("mail").await.unwrap().paused
     })
@@ -291,13 +292,7 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
     };
     assert_eq!(taken(&later), 0, "the paused queue was taken from");
     shot(&b, &format!("{name}-paused")).await;
-    b.client
-        .find(Locator::Id("resume"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("resume").await;
     eventually("the jobs after the resume", async || taken(&later) == 5).await;
     worker.shutdown().await;
 
@@ -312,20 +307,10 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
     b.client.goto(&format!("{base}/queues/bulk")).await.unwrap();
     let mut listed = Vec::new();
     for page in 0..4 {
-        let rows = b
-            .client
-            .find_all(Locator::Css("#jobs tbody tr"))
-            .await
-            .unwrap();
-        assert_eq!(rows.len(), 50, "page {page}");
-        listed.extend(row_ids(rows).await);
-        b.client
-            .find(Locator::Id("next"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        let ids = b.listed().await;
+        assert_eq!(ids.len(), 50, "page {page}");
+        listed.extend(ids);
+        b.click("next").await;
         b.client
             .wait()
             .for_element(Locator::Css("#jobs"))
@@ -340,22 +325,11 @@ async fn scenario(broker: Arc<dyn Broker>, name: &str) {
         .goto(&format!("{base}/queues/bulk?after={cursor}"))
         .await
         .unwrap();
-    let rows = b
-        .client
-        .find_all(Locator::Css("#jobs tbody tr"))
-        .await
-        .unwrap();
-    let last = row_ids(rows).await;
+    let last = b.listed().await;
     let expected: Vec<i64> = bulk[99_950..].iter().map(|id| id.0).collect();
     assert_eq!(last, expected, "the last page, read at the 99,950th job");
     shot(&b, &format!("{name}-bulk")).await;
-    b.client
-        .find(Locator::Id("next"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("next").await;
     b.client
         .wait()
         .for_element(Locator::Id("no-jobs"))
@@ -447,12 +421,11 @@ async fn an_open_page_costs_at_most_a_query_a_second() {
         per_second <= 1.0,
         "{per_second:.2} broker calls a second with one page open"
     );
-    let rows = b
-        .client
-        .find_all(Locator::Css("#jobs tbody tr"))
-        .await
-        .unwrap();
-    assert_eq!(rows.len(), 20, "the page still shows the queue's jobs");
+    assert_eq!(
+        b.listed().await.len(),
+        20,
+        "the page still shows the queue's jobs"
+    );
     let Browser { client, .. } = &b;
     client.clone().close().await.unwrap();
 }
