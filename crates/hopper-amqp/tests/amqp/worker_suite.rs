@@ -13,17 +13,23 @@ use hopper_testkit::{WithCleanup, unique_name};
 use super::support::{Cleanup, url};
 
 async fn target() -> Target {
+    target_with(AmqpOptions::new().declare(true)).await
+}
+
+/// A worker case's target on `options`: a broker and a queue of its own, deleted after.
+pub(super) async fn target_with(options: AmqpOptions) -> Target {
     let queue = unique_name("ws");
     let cleanup = Cleanup::for_queue(&queue);
-    let broker = AmqpBroker::connect_with(&url(), AmqpOptions::new().declare(true))
+    let broker = AmqpBroker::connect_with(&url(), options.clone())
         .await
         .expect("connect to RabbitMQ");
     Target {
         broker: Arc::new(WithCleanup::new(Arc::new(broker), move || drop(cleanup))),
-        connect: Arc::new(|| {
-            Box::pin(async {
+        connect: Arc::new(move || {
+            let options = options.clone();
+            Box::pin(async move {
                 Arc::new(
-                    AmqpBroker::connect_with(&url(), AmqpOptions::new().declare(true))
+                    AmqpBroker::connect_with(&url(), options)
                         .await
                         .expect("connect to RabbitMQ"),
                 ) as Arc<dyn Broker>
