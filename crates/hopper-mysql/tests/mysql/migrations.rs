@@ -12,6 +12,34 @@ use sqlx::{Connection, MySqlConnection};
 
 use super::support::{TempDatabase, admin, url_for};
 
+/// The crate's migrations, in order, to make a database as an earlier release left it.
+const MIGRATIONS: [&str; 7] = [
+    include_str!("../../migrations/0001_create_jobs.sql"),
+    include_str!("../../migrations/0002_range_checks.sql"),
+    include_str!("../../migrations/0003_errors_and_pauses.sql"),
+    include_str!("../../migrations/0004_workers.sql"),
+    include_str!("../../migrations/0005_unique_keys.sql"),
+    include_str!("../../migrations/0006_worker_schedules.sql"),
+    include_str!("../../migrations/0007_record_unique_keys.sql"),
+];
+
+/// Builds the schema of the first `version` migrations on `conn`, recorded as applied,
+/// for a test to fill before `migrate` brings it up from there.
+async fn database_at(conn: &mut MySqlConnection, version: usize) {
+    for m in &MIGRATIONS[..version] {
+        sqlx::raw_sql(m).execute(&mut *conn).await.unwrap();
+    }
+    let table = include_str!("../../sql/migrations_table.sql");
+    sqlx::raw_sql(table).execute(&mut *conn).await.unwrap();
+    for v in 1..=version {
+        sqlx::query("INSERT INTO hopper_migrations (version, applied_at) VALUES (?, 0)")
+            .bind(v as i64)
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test]
 async fn an_unmigrated_database_is_refused_with_what_to_run() {
     let db = TempDatabase::empty().await;
@@ -131,11 +159,8 @@ async fn bad_urls_and_options_are_refused_with_the_setting_named() {
 async fn a_database_of_version_2_keeps_its_jobs() {
     let db = TempDatabase::empty().await;
     let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
+    database_at(&mut conn, 2).await;
     for setup in [
-        include_str!("../../migrations/0001_create_jobs.sql"),
-        include_str!("../../migrations/0002_range_checks.sql"),
-        include_str!("../../sql/migrations_table.sql"),
-        "INSERT INTO hopper_migrations (version, applied_at) VALUES (1, 0), (2, 0)",
         "INSERT INTO hopper_jobs (id, queue, state, run_at, attempt, max_attempts, payload,
                                   created_at, lease_id, lease_expires, last_error, finished_at)
          VALUES (1, 'q', 0, 0, 0, 5, 'pending', 0, NULL, NULL, NULL, NULL),
@@ -223,12 +248,8 @@ async fn a_database_of_version_2_keeps_its_jobs() {
 async fn a_database_of_version_3_gains_the_worker_tables() {
     let db = TempDatabase::empty().await;
     let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
+    database_at(&mut conn, 3).await;
     for setup in [
-        include_str!("../../migrations/0001_create_jobs.sql"),
-        include_str!("../../migrations/0002_range_checks.sql"),
-        include_str!("../../migrations/0003_errors_and_pauses.sql"),
-        include_str!("../../sql/migrations_table.sql"),
-        "INSERT INTO hopper_migrations (version, applied_at) VALUES (1, 0), (2, 0), (3, 0)",
         "INSERT INTO hopper_jobs (id, queue, state, run_at, attempt, max_attempts, payload,
                                   created_at, lease_id, lease_expires, last_error, finished_at,
                                   errors)
@@ -312,13 +333,8 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
 async fn a_database_of_version_4_gains_unique_keys() {
     let db = TempDatabase::empty().await;
     let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
+    database_at(&mut conn, 4).await;
     for setup in [
-        include_str!("../../migrations/0001_create_jobs.sql"),
-        include_str!("../../migrations/0002_range_checks.sql"),
-        include_str!("../../migrations/0003_errors_and_pauses.sql"),
-        include_str!("../../migrations/0004_workers.sql"),
-        include_str!("../../sql/migrations_table.sql"),
-        "INSERT INTO hopper_migrations (version, applied_at) VALUES (1, 0), (2, 0), (3, 0), (4, 0)",
         "INSERT INTO hopper_jobs (id, queue, state, run_at, attempt, max_attempts, payload,
                                   created_at)
          VALUES (1, 'q', 0, 0, 0, 5, 'pending', 0)",
@@ -368,22 +384,13 @@ async fn a_database_of_version_5_gains_worker_schedules() {
     let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
     let queues = r#"[{"queue": "q", "concurrency": 2, "held": 0, "running": 0, "window": 2,
                       "paused": false}]"#;
-    for setup in [
-        include_str!("../../migrations/0001_create_jobs.sql"),
-        include_str!("../../migrations/0002_range_checks.sql"),
-        include_str!("../../migrations/0003_errors_and_pauses.sql"),
-        include_str!("../../migrations/0004_workers.sql"),
-        include_str!("../../migrations/0005_unique_keys.sql"),
-        include_str!("../../sql/migrations_table.sql"),
-        "INSERT INTO hopper_migrations (version, applied_at)
-         VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)",
-        &format!(
-            "INSERT INTO hopper_workers (id, host, pid, started_at, heartbeat_at, expires_at,
+    database_at(&mut conn, 5).await;
+    for setup in [&format!(
+        "INSERT INTO hopper_workers (id, host, pid, started_at, heartbeat_at, expires_at,
                                          queues)
              VALUES ('old:1:a', 'old', 1, 5, 5,
                      CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + 600000, '{queues}')"
-        ),
-    ] {
+    )] {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
@@ -452,16 +459,8 @@ async fn a_database_of_version_5_gains_worker_schedules() {
 async fn a_database_of_the_previous_version_gains_the_keys_of_records() {
     let db = TempDatabase::empty().await;
     let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
+    database_at(&mut conn, 6).await;
     for setup in [
-        include_str!("../../migrations/0001_create_jobs.sql"),
-        include_str!("../../migrations/0002_range_checks.sql"),
-        include_str!("../../migrations/0003_errors_and_pauses.sql"),
-        include_str!("../../migrations/0004_workers.sql"),
-        include_str!("../../migrations/0005_unique_keys.sql"),
-        include_str!("../../migrations/0006_worker_schedules.sql"),
-        include_str!("../../sql/migrations_table.sql"),
-        "INSERT INTO hopper_migrations (version, applied_at)
-         VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)",
         "INSERT INTO hopper_jobs (id, queue, state, run_at, attempt, max_attempts, payload,
                                   created_at)
          VALUES (1, 'q', 0, 0, 0, 5, 'old', 0)",
