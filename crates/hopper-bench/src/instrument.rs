@@ -4,7 +4,8 @@
 //! rate over its plain one:
 //! - instrumentation: what a metrics recorder, and spans with a subscriber that records
 //!   them, cost (`hopper load --instrument …`);
-//! - features: what unique keys cost (`hopper load --unique-keys`).
+//! - features: what unique keys and ordering keys cost (`hopper load --unique-keys`,
+//!   `--ordering-keys N`).
 
 use hopper::Result;
 
@@ -20,7 +21,11 @@ const INSTRUMENTED: [(&[&str], &str); 2] = [
 ];
 
 /// The features' variants, as `hopper load` takes them, and their names.
-const FEATURES: [(&[&str], &str); 1] = [(&["--unique-keys"], "a unique key per job")];
+const FEATURES: [(&[&str], &str); 3] = [
+    (&["--unique-keys"], "a unique key per job"),
+    (&["--ordering-keys", "100000000"], "an ordering key per job"),
+    (&["--ordering-keys", "1000"], "1,000 ordering keys"),
+];
 
 /// One drain to measure plain and instrumented.
 struct Drain<'a> {
@@ -122,7 +127,8 @@ pub(crate) async fn instrumentation_rows(
 }
 
 /// The PostgreSQL drain at batch 100 (window the slots) of jobs with a unique key each,
-/// beside the same drain of plain jobs. The row's rate is the drain's; its enqueue rate
+/// with an ordering key each, and with 1,000 ordering keys among them (a key's jobs one
+/// at a time), beside the same drain of plain jobs. The row's rate is the drain's; its enqueue rate
 /// is in `hopper load`'s report.
 pub(crate) async fn feature_rows(postgres: &str, jobs: usize, rounds: usize) -> Result<Vec<Row>> {
     let route = Route::to(postgres, 0.0, false).await?;

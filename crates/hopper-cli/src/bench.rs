@@ -10,8 +10,8 @@ use hopper::Result;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Workloads to run, comma-separated: memory, sqlite, postgres, mysql, amqp, latency,
-    /// idle, rss, instrument (metrics and spans on beside off), features (unique keys on
-    /// beside off).
+    /// idle, rss, instrument (metrics and spans on beside off), features (unique and
+    /// ordering keys on beside off).
     #[arg(
         long,
         value_delimiter = ',',

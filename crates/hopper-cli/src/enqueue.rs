@@ -48,6 +48,10 @@ pub struct EnqueueArgs {
         default_value = "unfinished"
     )]
     unique_for: String,
+    /// An ordering key: jobs of the queue with the same key run one at a time, in the
+    /// order they were enqueued (from standard input: in line order).
+    #[arg(long, value_name = "KEY", conflicts_with = "unique_key")]
+    ordering_key: Option<String>,
 }
 
 /// Reads the jobs, enqueues them in chunks, prints their ids, one a line.
@@ -127,6 +131,9 @@ fn template(args: &EnqueueArgs) -> Result<NewJob> {
     }
     if let Some(key) = &args.unique_key {
         job = job.unique(key, unique_scope(&args.unique_for)?);
+    }
+    if let Some(key) = &args.ordering_key {
+        job = job.ordering_key(key);
     }
     job.validate()?;
     Ok(job)

@@ -204,6 +204,13 @@ fn record_text(r: &JobRecord) -> String {
     if let Some(key) = &r.unique_key {
         out += &format!("unique key   {key}\n");
     }
+    if let Some(key) = &r.ordering_key {
+        let waits = match r.blocked {
+            true => "  (waits for an earlier job of the key)",
+            false => "",
+        };
+        out += &format!("ordering key {key}{waits}\n");
+    }
     for (k, v) in &j.headers {
         out += &format!("header       {k}={v}\n");
     }
@@ -241,6 +248,8 @@ pub fn record_json(r: &JobRecord) -> serde_json::Value {
         "started_at": r.started_at.map(time),
         "finished_at": r.finished_at.map(time),
         "unique_key": r.unique_key,
+        "ordering_key": r.ordering_key,
+        "blocked": r.blocked,
         "headers": j.headers,
         "last_error": r.last_error,
         "errors": errors,

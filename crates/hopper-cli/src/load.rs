@@ -79,6 +79,11 @@ pub struct LoadArgs {
     /// Give each job a unique key of its own (`load-INDEX`): to measure what keys cost.
     #[arg(long)]
     unique_keys: bool,
+    /// Give job INDEX the ordering key `load-(INDEX mod N)`, so each key holds about
+    /// jobs/N jobs that run one at a time: to measure what ordered keys cost.
+    #[arg(long, value_name = "N", conflicts_with = "unique_keys",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    ordering_keys: Option<u64>,
     /// Use a batch handler taking batches of this size.
     #[arg(long)]
     batch: Option<usize>,
@@ -417,9 +422,10 @@ async fn enqueue(producer: &Arc<dyn Broker>, args: &LoadArgs) -> Result<f64> {
     for i in 0..args.jobs {
         let queue = &args.queues[i % args.queues.len()];
         let job = NewJob::json(queue, &(i, micros_now()))?;
-        chunk.push(match args.unique_keys {
-            true => job.unique_key(format!("load-{i}")),
-            false => job,
+        chunk.push(match (args.unique_keys, args.ordering_keys) {
+            (true, _) => job.unique_key(format!("load-{i}")),
+            (false, Some(n)) => job.ordering_key(format!("load-{}", i as u64 % n)),
+            (false, None) => job,
         });
         if chunk.len() == ENQUEUE_CHUNK || i + 1 == args.jobs {
             if in_flight.len() == ENQUEUE_IN_FLIGHT {

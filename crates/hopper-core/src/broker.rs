@@ -143,6 +143,11 @@ pub struct JobRecord {
     pub finished_at: Option<Millis>,
     /// The unique key it was enqueued with ([`NewJob::unique_key`]), held or not.
     pub unique_key: Option<String>,
+    /// Its ordering key ([`NewJob::ordering_key`]).
+    pub ordering_key: Option<String>,
+    /// Pending behind an earlier job of its ordering key; `job.run_at` is still its own
+    /// time.
+    pub blocked: bool,
 }
 
 /// Jobs of one queue by state.
@@ -211,6 +216,9 @@ pub struct Capabilities {
     /// Unique keys ([`NewJob::unique_key`]) are enforced by the broker itself, so that
     /// every producer agrees; without, an enqueue of a job with a key is refused.
     pub unique: bool,
+    /// Ordering keys ([`NewJob::ordering_key`]) are kept by the broker itself, so that
+    /// every worker agrees; without, an enqueue of a job with a key is refused.
+    pub ordered: bool,
 }
 
 /// Which of the operator calls of [`admin`](crate::admin) a broker serves; the others
@@ -281,6 +289,7 @@ impl Capabilities {
             pushed: false,
             admin: AdminCalls::NONE,
             unique: false,
+            ordered: false,
         }
     }
 
@@ -298,6 +307,7 @@ impl Capabilities {
             pushed: false,
             admin: AdminCalls::RECORDS,
             unique: false,
+            ordered: false,
         }
     }
 
@@ -315,6 +325,7 @@ impl Capabilities {
             pushed: true,
             admin: AdminCalls::NONE,
             unique: false,
+            ordered: false,
         }
     }
 
@@ -344,6 +355,14 @@ impl Capabilities {
         }
     }
 
+    /// The same, keeping ordering keys.
+    pub const fn with_ordered(self) -> Self {
+        Capabilities {
+            ordered: true,
+            ..self
+        }
+    }
+
     /// The same, with `run_at` and delays not honoured.
     pub const fn without_delayed(self) -> Self {
         Capabilities {
@@ -353,52 +372,7 @@ impl Capabilities {
     }
 }
 
-/// New jobs that passed [`NewJob::validate`], as [`Broker::enqueue`] hands them to
-/// [`Broker::enqueue_checked`]: a broker stores them without checking them again.
-///
-/// Only [`CheckedJobs::check`] makes one, so a broker that receives it knows every job
-/// was checked once, in core, before any broker saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckedJobs(Vec<NewJob>);
-
-impl CheckedJobs {
-    /// Checks each job within the default [`Limits`]; the first that fails is the error,
-    /// and no job is accepted.
-    pub fn check(jobs: Vec<NewJob>) -> Result<Self> {
-        Self::check_within(jobs, &Limits::default())
-    }
-
-    /// Checks each job within a broker's `limits`; the first that fails is the error, and
-    /// no job is accepted.
-    pub fn check_within(jobs: Vec<NewJob>, limits: &Limits) -> Result<Self> {
-        for job in &jobs {
-            job.validate_within(limits)?;
-        }
-        Ok(CheckedJobs(jobs))
-    }
-
-    /// The jobs, in the order given.
-    pub fn into_vec(self) -> Vec<NewJob> {
-        self.0
-    }
-}
-
-impl std::ops::Deref for CheckedJobs {
-    type Target = [NewJob];
-
-    fn deref(&self) -> &[NewJob] {
-        &self.0
-    }
-}
-
-impl IntoIterator for CheckedJobs {
-    type Item = NewJob;
-    type IntoIter = std::vec::IntoIter<NewJob>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
-    }
-}
+pub use crate::job::CheckedJobs;
 
 /// A store of queued jobs. See the module docs.
 #[async_trait]
@@ -426,13 +400,17 @@ pub trait Broker: Send + Sync + Debug + 'static {
 
     /// [`enqueue`](Broker::enqueue), saying for each job whether it was stored or a job
     /// holding its unique key was already there. A broker without
-    /// [`Capabilities::unique`] refuses a batch in which any job has a key, storing none.
+    /// [`Capabilities::unique`] refuses a batch in which any job has a key, storing none;
+    /// so does one without [`Capabilities::ordered`] for ordering keys.
     async fn enqueue_reported(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         let limits = self.limits();
         let checked = CheckedJobs::check_within(jobs, &limits)?;
         let caps = self.capabilities();
         if !caps.unique && checked.iter().any(|j| j.unique.is_some()) {
             return Err(self.not_supported("unique keys"));
+        }
+        if !caps.ordered && checked.iter().any(|j| j.ordering_key.is_some()) {
+            return Err(self.not_supported("ordering keys"));
         }
         let counted = crate::metering::count_enqueued(caps.name, &checked);
         let done = self.enqueue_checked(checked).await?;

@@ -9,13 +9,17 @@ use smallvec::SmallVec;
 use crate::error::{ConfigError, Error};
 pub(crate) use crate::id::{IdMap, IdSet};
 pub use crate::id::{JobId, LeaseId};
+pub use checked::CheckedJobs;
 pub use limits::{
     DEFAULT_MAX_PAYLOAD, Limits, MAX_ATTEMPTS, MAX_DELAY, MAX_HEADER_NAME, MAX_HEADERS_BYTES,
-    MAX_PAYLOAD_LIMIT, MAX_RUN_AT, MIN_RUN_AT,
+    MAX_ORDERING_KEY, MAX_PAYLOAD_LIMIT, MAX_RUN_AT, MIN_RUN_AT,
 };
+pub use ordering::{BLOCKED, is_blocked, own_run_at};
 pub use unique::{Enqueued, MAX_UNIQUE_KEY, UniqueKey, UniqueScope, earlier_with_key};
 
+mod checked;
 mod limits;
+pub mod ordering;
 mod unique;
 
 /// Attempts a job gets when its producer names no other number (Sidekiq's default).
@@ -84,6 +88,9 @@ pub struct NewJob {
     /// A key no other job of the queue may hold while this one does
     /// ([`unique_key`](NewJob::unique_key)).
     pub unique: Option<UniqueKey>,
+    /// A key whose jobs in the queue run one at a time, in enqueue order
+    /// ([`ordering_key`](NewJob::ordering_key)).
+    pub ordering_key: Option<String>,
 }
 
 impl NewJob {
@@ -97,6 +104,7 @@ impl NewJob {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             headers: BTreeMap::new(),
             unique: None,
+            ordering_key: None,
         }
     }
 
@@ -152,6 +160,17 @@ impl NewJob {
             key: key.into(),
             scope,
         });
+        self
+    }
+
+    /// Runs the job after every job of its queue enqueued earlier with the same `key` has
+    /// ended, and never beside one: jobs sharing a key run one at a time, in enqueue order,
+    /// across all workers, while jobs of other keys run in parallel as usual. A job that
+    /// fails and waits to be retried keeps the next one waiting. Within a key, enqueue order
+    /// comes before priority. Brokers that cannot order jobs refuse the enqueue
+    /// ([`Capabilities::ordered`](crate::Capabilities::ordered)); see [`ordering`].
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
         self
     }
 

@@ -6,7 +6,12 @@
 -- queue's claim reads no job at all). A locking read does not lock what its subqueries
 -- read, so claims neither take nor skip `hopper_paused` rows: each reads the committed
 -- pauses.
-(SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at
+--
+-- Jobs waiting behind an earlier job of their ordering key sit past every `run_at` a claim
+-- reaches (`ordering::BLOCKED`). `ordering_key` tells the fetch whether it took a job with
+-- one, which its lease then says (see `MySqlBroker::fetch`).
+(SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
+        ordering_key
  FROM hopper_jobs FORCE INDEX (hopper_jobs_ready)
  WHERE state = 0 AND queue = ? AND run_at <= COALESCE(?, {now})
    AND NOT EXISTS (SELECT 1 FROM hopper_paused WHERE queue = ?)

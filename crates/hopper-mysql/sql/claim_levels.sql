@@ -3,7 +3,8 @@
 -- walks every pending job of a level, delayed ones included, until it fills its LIMIT,
 -- which a short claim never does (with 200,000 delayed jobs and 2 due: 64-71 ms a claim).
 -- Paused queues are skipped as in `claim.sql`.
-(SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at
+(SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
+        ordering_key
  FROM hopper_jobs FORCE INDEX (hopper_jobs_ready)
  WHERE state = 0 AND queue = ? AND priority IN ({levels}) AND run_at <= COALESCE(?, {now})
    AND NOT EXISTS (SELECT 1 FROM hopper_paused WHERE queue = ?)

@@ -1,4 +1,5 @@
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
-       state, lease_id, last_error, finished_at, errors, lease_expires, unique_key
+       state, lease_id, last_error, finished_at, errors, lease_expires, unique_key,
+       ordering_key
 FROM hopper_jobs
 WHERE id = ?

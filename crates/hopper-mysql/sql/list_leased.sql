@@ -2,7 +2,8 @@
 -- direction. The expiry index holds the leases of every queue, no more jobs than workers
 -- hold at once, and is walked in order until the page fills.
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
-       state, lease_id, last_error, finished_at, errors, lease_expires, unique_key
+       state, lease_id, last_error, finished_at, errors, lease_expires, unique_key,
+       ordering_key
 FROM hopper_jobs FORCE INDEX (hopper_jobs_lease_expires)
 WHERE state = 1 AND queue = ?
   AND (lease_expires {after} ? OR (lease_expires = ? AND id {after} ?))

@@ -1,5 +1,5 @@
--- Jobs whose lease expired go back to pending, or to dead on their last attempt, with the
--- error added to their history as `settle_update.sql` adds it.
+-- The jobs `reap_expired.sql` locked go back to pending, or to dead on their last attempt,
+-- with the error added to their history as `settle_update.sql` adds it.
 UPDATE hopper_jobs
 SET last_error = IF(attempt >= max_attempts, 'lease expired on the final attempt', last_error),
     errors = IF(attempt >= max_attempts,
@@ -17,4 +17,4 @@ SET last_error = IF(attempt >= max_attempts, 'lease expired on the final attempt
     state = IF(attempt >= max_attempts, 3, 0),
     lease_id = NULL,
     lease_expires = NULL
-WHERE state = 1 AND lease_expires <= COALESCE(?, {now})
+WHERE state = 1 AND id IN ({ids})

@@ -1,1 +1,3 @@
-SELECT id, state, lease_id FROM hopper_jobs WHERE id IN ({ids}) FOR UPDATE
+-- Locks the named jobs and reads their state and lease, to tell which settlements apply,
+-- and their ordering keys, whose next jobs may run once they end.
+SELECT id, state, lease_id, queue, ordering_key FROM hopper_jobs WHERE id IN ({ids}) FOR UPDATE

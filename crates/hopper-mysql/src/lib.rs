@@ -14,6 +14,18 @@
 //! the table, so claims and settlements cost what they did, and a batch without keys is
 //! the plain `INSERT`. Heartbeats delete lapsed holds, a bounded walk a minute.
 //!
+//! Jobs may carry an ordering key: those of a queue sharing one run one at a time, in
+//! enqueue order. A job waiting behind an earlier one of its key is stored pending with its
+//! `run_at` moved 2^62 ms ahead, where no claim reaches it, so claims read what they did
+//! (and each job's key, which their lease then reports). A batch with keys locks its keys'
+//! rows of `hopper_ordering` in key order, reads each key's first unfinished job, and
+//! stores its jobs waiting or not; when a job of a key that could run ends, the same
+//! transaction locks the key's row, reads the key's first unfinished job and lets it run.
+//! Each reads after the other committed, so neither misses what the other did (see
+//! `queries::ordering`). Plain enqueues are the plain `INSERT`, and
+//! settlements under a lease whose claim took no job with a key are the statements they
+//! were. Heartbeats delete the rows of keys without jobs, as they do lapsed holds.
+//!
 //! Times are milliseconds since the epoch, read from the database clock by default, so
 //! that every process agrees on lease expiry whatever its own clock says
 //! ([`MySqlOptions::clock`]). The schema is versioned: [`migrate()`] (the `hopper migrate`
@@ -32,18 +44,20 @@
 //! hands work back, and a background task polls `SELECT MAX(id)` on a connection of its
 //! own for jobs other processes enqueued: every 20 ms after it saw a change, backing off by
 //! doubling to once a second, so **an idle broker polls at most once a second**
-//! ([`MySqlOptions::wake_poll`]). Retries, releases and resumed queues of other processes
-//! are found by the worker's own idle poll.
+//! ([`MySqlOptions::wake_poll`]). Retries, releases and resumed queues of other processes,
+//! and jobs their settlements let run behind an ordering key, are found by the worker's
+//! own idle poll; the process that let one run wakes its own workers at once.
 //!
 //! # Layout
 //! - [`broker`]: [`MySqlBroker`], the [`Broker`](hopper_core::Broker) implementation:
-//!   clocks, wake-ups, and which calls may be repeated.
+//!   clocks, wake-ups, and which calls may be repeated; its fetch, and the pruning
+//!   heartbeats run, in files of their own.
 //! - [`options`]: [`MySqlOptions`]: clock, connections, wake polling.
 //! - [`migrate`](mod@migrate): versioned migrations ([`migrate()`], `migrations/*.sql`)
 //!   and the version check at connect.
 //! - `queries`: each operation as it runs on one connection, one module per concern
-//!   (enqueue, unique keys, fetch, settle, renew, inspection, operator calls, the worker
-//!   registry).
+//!   (enqueue, unique keys, ordering keys, fetch, settle, renew, inspection, operator calls,
+//!   the worker registry).
 //! - `conn`: the broker's dedicated connections, reconnection and transactions.
 //! - `poll`: the wake poller.
 //! - `sql`: every statement, one per file under `sql/`.

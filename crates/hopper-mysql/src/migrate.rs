@@ -23,6 +23,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0005_unique_keys.sql"),
     include_str!("../migrations/0006_worker_schedules.sql"),
     include_str!("../migrations/0007_record_unique_keys.sql"),
+    include_str!("../migrations/0008_ordering_keys.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.
@@ -32,10 +33,13 @@ fn needed_version() -> u32 {
 
 /// MySQL's error number for a missing table.
 const ER_NO_SUCH_TABLE: u16 = 1146;
-/// What a migration adds already exists: a column, an index, a CHECK constraint (MariaDB's
-/// number, then MySQL 8's). A migration adds these in its last statement, so finding them
-/// means a run stopped after it but before its version was recorded.
-const ER_ALREADY_ADDED: [u16; 4] = [1060, 1061, 1826, 3822];
+/// What a migration adds already exists (a column, an index, a CHECK constraint: MariaDB's
+/// number, then MySQL 8's), or what it drops is already gone (MariaDB's "can't drop",
+/// MySQL's "constraint not found"). A migration makes these changes in its last statement,
+/// one `ALTER` that applies whole or not at all, so finding them means a run stopped after
+/// it but before its version was recorded. Which of them a server reports first depends
+/// on the server: MariaDB checks the drops of an `ALTER` before its additions.
+const ER_ALREADY_APPLIED: [u16; 6] = [1060, 1061, 1091, 1826, 3822, 3940];
 
 /// Brings the database named by the URL up to this build's schema version. Returns how
 /// many migrations it applied (0 when already up to date). Safe to run from several
@@ -84,7 +88,7 @@ async fn apply_locked(conn: &mut MySqlConnection) -> Result<u32, sqlx::Error> {
         }
         let migration: &'static str = migration;
         match conn.execute(sqlx::raw_sql(migration)).await {
-            Err(e) if server_error_number(&e).is_some_and(|n| ER_ALREADY_ADDED.contains(&n)) => {}
+            Err(e) if server_error_number(&e).is_some_and(|n| ER_ALREADY_APPLIED.contains(&n)) => {}
             other => {
                 other?;
             }

@@ -10,6 +10,10 @@
 //!   ([`ERROR_HISTORY`](hopper_core::admin::ERROR_HISTORY)).
 //! - `{bucket}` and `{kept}`: the span of a throughput bucket and how far back buckets
 //!   are kept, in milliseconds ([`BUCKET`] and [`KEPT`]).
+//! - `{blocked}`: how far the `run_at` of a job waiting behind an earlier job of its
+//!   ordering key is moved ([`BLOCKED`]); `{max_run_at}`: the latest time a job can be
+//!   given ([`MAX_RUN_AT`]), past which a stored `run_at` is a waiting job's
+//!   ([`is_blocked`](hopper_core::job::is_blocked)).
 //! - `{ids}`: a list of `?`; `{pairs}`: a list of `(?, ?)`; `{triples}`: of `(?, ?, ?)`;
 //!   `{rows}` and `{each}`: a fragment file repeated (`enqueue_row.sql`,
 //!   `enqueue_keyed_row.sql`, `settle_row.sql`, `throughput_row.sql`, `unique_row.sql`,
@@ -28,6 +32,7 @@
 use std::sync::LazyLock;
 
 use hopper_core::admin::ERROR_HISTORY;
+use hopper_core::job::{BLOCKED, MAX_RUN_AT};
 use hopper_core::registry::{BUCKET, KEPT};
 
 /// The database clock in milliseconds since the epoch. `NOW(3)` is fixed for the length of
@@ -44,8 +49,8 @@ pub(crate) const MAX_LIST: usize = 4096;
 /// The most rows one `settle_update.sql` carries (six placeholders each).
 pub(crate) const MAX_SETTLE_ROWS: usize = 2048;
 
-/// Drops comment lines and expands `{now}`, `{error_history}`, `{bucket}` and `{kept}`:
-/// what the server receives.
+/// Drops comment lines and expands `{now}`, `{error_history}`, `{bucket}`, `{kept}`,
+/// `{blocked}` and `{max_run_at}`: what the server receives.
 fn render(file: &str) -> String {
     let mut out = String::with_capacity(file.len());
     for line in file.lines() {
@@ -62,6 +67,8 @@ fn render(file: &str) -> String {
         .replace("{error_history}", &ERROR_HISTORY.to_string())
         .replace("{bucket}", &BUCKET.as_millis().to_string())
         .replace("{kept}", &KEPT.as_millis().to_string())
+        .replace("{blocked}", &BLOCKED.to_string())
+        .replace("{max_run_at}", &MAX_RUN_AT.to_string())
 }
 
 macro_rules! statements {
@@ -105,9 +112,9 @@ statements! {
     ENQUEUE = "enqueue.sql";
     /// One job's values.
     ENQUEUE_ROW = "enqueue_row.sql";
-    /// Adds jobs with their unique keys: `{rows}` of `ENQUEUE_KEYED_ROW`.
+    /// Adds jobs with their unique and ordering keys: `{rows}` of `ENQUEUE_KEYED_ROW`.
     ENQUEUE_KEYED = "enqueue_keyed.sql";
-    /// One job's values, then its key.
+    /// One job's values, moved behind its ordering key or not, then its keys.
     ENQUEUE_KEYED_ROW = "enqueue_keyed_row.sql";
     /// The database clock, once for a whole enqueue of jobs with unique keys.
     CLOCK = "clock.sql";
@@ -125,7 +132,27 @@ statements! {
     UNIQUE_WINDOW = "unique_window.sql";
     /// Deletes lapsed holds still held by the jobs named.
     UNIQUE_EXPIRE = "unique_expire.sql";
-    /// Returns jobs of expired leases to pending, or dead on their last attempt.
+    /// Locks the rows of ordering keys, making the missing ones.
+    ORDERING_LOCK = "ordering_lock.sql";
+    /// The first unfinished job of each of the named ordering keys.
+    ORDERING_HEADS = "ordering_heads.sql";
+    /// Lets the named jobs, each its key's first unfinished one, run.
+    ORDERING_UNBLOCK = "ordering_unblock.sql";
+    /// The dead letters with an ordering key among the named jobs.
+    ORDERING_DEAD = "ordering_dead.sql";
+    /// The dead letters with an ordering key among a queue's oldest.
+    ORDERING_DEAD_QUEUE = "ordering_dead_queue.sql";
+    /// Puts the named dead letters with an ordering key back, moved behind their key or not.
+    ORDERING_REDRIVE = "ordering_redrive.sql";
+    /// Cancels a pending job with an ordering key, locked first.
+    ORDERING_CANCEL = "ordering_cancel.sql";
+    /// A window of ordering keys after a cursor, each saying whether it has unfinished jobs.
+    ORDERING_WINDOW = "ordering_window.sql";
+    /// Deletes the rows of the named ordering keys that have no unfinished job.
+    ORDERING_FORGET = "ordering_forget.sql";
+    /// Locks the jobs of expired leases and reads what the reaper needs of them.
+    REAP_EXPIRED = "reap_expired.sql";
+    /// Returns the named jobs of expired leases to pending, or dead on their last attempt.
     REAP = "reap.sql";
     /// One budget's candidates, locked; several are joined by UNION ALL.
     CLAIM = "claim.sql";
@@ -147,7 +174,8 @@ statements! {
     PROBE = "probe.sql";
     /// The earliest `run_at` among one queue's pending jobs.
     PROBE_QUEUE = "probe_queue.sql";
-    /// Locks the named jobs and reads their state and lease, to tell which settlements apply.
+    /// Locks the named jobs and reads their state, lease and ordering key, to tell which
+    /// settlements apply and which keys move on.
     SETTLE_LOCK = "settle_lock.sql";
     /// Removes acknowledged jobs still held under the named lease.
     SETTLE_ACK = "settle_ack.sql";
@@ -160,10 +188,12 @@ statements! {
     RENEW = "renew.sql";
     /// Which of the named leases still hold a job and have not expired.
     LIVE_LEASES = "live_leases.sql";
-    /// Cancels a job if it is still pending.
+    /// Cancels a job without an ordering key if it is still pending.
     CANCEL = "cancel.sql";
-    /// A job's state and lease.
+    /// A job's state and lease, and whether it has an ordering key.
     JOB_LEASE = "job_lease.sql";
+    /// A job's state, lease, `run_at` and ordering key, locked.
+    JOB_LOCK = "job_lock.sql";
     /// One job's full record.
     JOB_RECORD = "job_record.sql";
     /// A queue's jobs by state.
@@ -180,9 +210,9 @@ statements! {
     LIST_LEASED = "list_leased.sql";
     /// A page of a queue's jobs in one finished state after a cursor.
     LIST_FINISHED = "list_finished.sql";
-    /// Puts the named dead letters back in their queues.
+    /// Puts the named dead letters without an ordering key back in their queues.
     RETRY_DEAD = "retry_dead.sql";
-    /// Puts a queue's oldest dead letters back.
+    /// Puts a queue's oldest dead letters without an ordering key back.
     RETRY_DEAD_QUEUE = "retry_dead_queue.sql";
     /// Deletes the named dead letters.
     DISCARD_DEAD = "discard_dead.sql";
@@ -226,8 +256,8 @@ pub(crate) fn padded(n: usize) -> usize {
     n.max(1).next_power_of_two()
 }
 
-/// How many tuples a list of `n` is padded to, for `{pairs}` and `{triples}` of
-/// `hopper_unique`: as [`padded`], but two at least. MariaDB reads a list of one tuple as a
+/// How many tuples a list of `n` is padded to, for the `{pairs}` and `{triples}` of a
+/// `WHERE` (acks, `hopper_unique`, `hopper_ordering`): as [`padded`], but two at least. MariaDB reads a list of one tuple as a
 /// row equality, which in a `DELETE` bounds no range of the primary key: the statement
 /// would read the whole table.
 pub(crate) fn padded_tuples(n: usize) -> usize {
@@ -347,6 +377,8 @@ mod tests {
             assert!(!text.contains("--"), "{name} kept a comment: {text}");
             assert!(!text.contains("{now}"), "{name}: {text}");
             assert!(!text.contains("{error_history}"), "{name}: {text}");
+            assert!(!text.contains("{blocked}"), "{name}: {text}");
+            assert!(!text.contains("{max_run_at}"), "{name}: {text}");
             assert!(
                 !text.contains("{bucket}") && !text.contains("{kept}"),
                 "{name}"
@@ -366,8 +398,15 @@ mod tests {
         assert_eq!(sql.as_str(), "(a, b) IN ((?, ?), (?, ?))");
         assert_eq!(enqueue(3).as_str().matches('?').count(), 24);
         let keyed = enqueue_keyed(3);
-        assert_eq!(keyed.matches('?').count(), 27, "{keyed}");
-        assert!(keyed.contains("created_at,\n     unique_key)"), "{keyed}");
+        assert_eq!(keyed.matches('?').count(), 33, "{keyed}");
+        assert!(
+            keyed.contains("created_at,\n     unique_key, ordering_key)"),
+            "{keyed}"
+        );
+        assert!(
+            keyed.contains(" + ?) + ?, 0, ?, ?, ?, COALESCE(?, "),
+            "{keyed}"
+        );
         let sql = with_triples("x IN ({triples})", 2);
         assert_eq!(sql.as_str(), "x IN ((?, ?, ?), (?, ?, ?))");
         for template in [&UNIQUE_TAKE, &UNIQUE_MOVE] {

@@ -2,9 +2,10 @@
 //! `HOPPER_TEST_MYSQL_URL`). Every test works in a database of its own, dropped afterwards:
 //! the shared behaviour suite, migrations and refusals, the database clock, what an idle
 //! broker asks, the wake poller, query plans (the operator calls' too), error histories,
-//! worker reports on the database clock, unique keys and the pruning of their holds, and
-//! workers on the real server (a crash
-//! mid-batch, two runtimes sharing a queue, a queue paused by another process).
+//! worker reports on the database clock, unique keys and the pruning of their holds,
+//! ordering keys (racing brokers, the pruning of key rows, their statements and plans), and
+//! workers on the real server (a crash mid-batch, two runtimes sharing a queue, a queue
+//! paused by another process).
 
 mod mysql {
     mod admin_plans;
@@ -14,6 +15,8 @@ mod mysql {
     mod killed;
     mod listing_scale;
     mod migrations;
+    mod ordering;
+    mod ordering_schema;
     mod partition;
     mod pausing;
     mod plans;

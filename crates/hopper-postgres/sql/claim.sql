@@ -9,7 +9,10 @@
 --
 -- The result is the claimed jobs (kind 0), then one row of kind 1 carrying the earliest
 -- run_at of a delayed job when fewer than $7 jobs were claimed, then one row of kind 2
--- carrying how many jobs the reaper returned to pending, when there were any.
+-- carrying how many jobs the reaper returned to pending, when there were any, then a row
+-- of kind 3 for each job with an ordering key the reaper dead-lettered: its queue and key,
+-- whose next job the broker then unblocks. Jobs blocked behind their key (`run_at` past
+-- the year 9999, see 0010_ordering_keys.sql) are never due, nor a delayed job's due time.
 --
 -- `levels`: each queue's priority levels among its pending jobs, highest first, one index
 -- descent each (a loose index scan). The claim and the next-due time read each level as a
@@ -52,7 +55,7 @@ reaped AS (
         FOR UPDATE SKIP LOCKED
     ) AS expired, now
     WHERE t.id = expired.id
-    RETURNING t.state
+    RETURNING t.state, t.queue, t.ordering_key
 ),
 picked AS MATERIALIZED (
     SELECT j.id
@@ -91,7 +94,7 @@ claimed AS (
               t.headers::text AS headers, t.created_at
 )
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
-       0::smallint AS kind, NULL::bigint AS extra
+       0::smallint AS kind, NULL::bigint AS extra, NULL::text AS ordering_key
 FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1::smallint,
@@ -100,14 +103,18 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1::smallint,
         CROSS JOIN LATERAL (
             SELECT run_at AS at FROM {schema}.hopper_jobs
             WHERE state = 0 AND queue = l.queue AND priority = l.priority
-              AND run_at > (SELECT ms FROM now)
+              AND run_at > (SELECT ms FROM now) AND run_at <= 253402300799999
             ORDER BY run_at
             LIMIT 1
         ) AS d
-        WHERE l.priority IS NOT NULL)
+        WHERE l.priority IS NOT NULL), NULL
 WHERE (SELECT count(*) FROM claimed) < $7::int
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2::smallint, count(*)
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2::smallint, count(*), NULL
 FROM reaped
 WHERE reaped.state = 0
 HAVING count(*) > 0
+UNION ALL
+SELECT NULL, queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 3::smallint, NULL, ordering_key
+FROM reaped
+WHERE reaped.state = 3 AND reaped.ordering_key IS NOT NULL

@@ -3,7 +3,7 @@
 -- index of finished jobs. `state >= 2` lets a generic plan use that partial index.
 -- Columns as list_waiting.sql's.
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers::text, created_at,
-       state, lease_id, last_error, errors::text, started_at, finished_at, unique_key,
+       state, lease_id, last_error, errors::text, started_at, finished_at, unique_key, ordering_key,
        lease_expires
 FROM {schema}.hopper_jobs
 WHERE queue = $1 AND state = $2::smallint AND state >= 2

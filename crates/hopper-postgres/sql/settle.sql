@@ -1,5 +1,8 @@
 -- Kinds: 0 ack, 1 retry, 2 dead letter, 3 release, 4 cancel, 5 snooze. A snooze is a
 -- retry after $4's delay that charges no attempt (as a release) and records no error.
+-- Returns each settled job's id, and with it the queue and ordering key of a keyed job
+-- that ended (completed, dead or cancelled): the broker then unblocks the key's next.
+-- Both NULL for the others, so settling plain jobs decodes no text.
 --
 -- `t.state + 0 = 1` rather than `t.state = 1`: it keeps the planner on the primary key. The
 -- plain form lets it use the partial index of leased jobs, which statistics taken while
@@ -20,7 +23,8 @@ acked AS (
     USING s
     WHERE NOT $7::bool AND s.kind = 0
       AND t.id = s.id AND t.state + 0 = 1 AND t.lease_id = s.lease
-    RETURNING t.id
+    RETURNING t.id, CASE WHEN t.ordering_key IS NOT NULL THEN t.queue END AS queue,
+              t.ordering_key
 ),
 changed AS (
     UPDATE {schema}.hopper_jobs AS t
@@ -42,8 +46,10 @@ changed AS (
     FROM s, now
     WHERE ($7::bool OR s.kind <> 0)
       AND t.id = s.id AND t.state + 0 = 1 AND t.lease_id = s.lease
-    RETURNING t.id
+    RETURNING t.id,
+              CASE WHEN t.state >= 2 AND t.ordering_key IS NOT NULL THEN t.queue END AS queue,
+              CASE WHEN t.state >= 2 THEN t.ordering_key END AS ordering_key
 )
-SELECT id FROM acked
+SELECT id, queue, ordering_key FROM acked
 UNION ALL
-SELECT id FROM changed
+SELECT id, queue, ordering_key FROM changed

@@ -21,6 +21,9 @@ macro_rules! statements {
 statements!(
     enqueue,
     enqueue_unique,
+    enqueue_ordered,
+    unblock,
+    unblock_stuck,
     claim,
     settle,
     renew,

@@ -8,6 +8,7 @@ mod postgres {
     mod killed;
     mod list_plans;
     mod migrations;
+    mod ordering;
     mod partition;
     mod pausing;
     mod plans;

@@ -11,10 +11,12 @@
 use std::collections::BTreeSet;
 
 use hopper_core::admin::{Cursor, JobPage, JobQuery, ListState, QueueStatus, Selection, lag_since};
+use hopper_core::job::BLOCKED;
 use hopper_core::registry::windows;
 use hopper_core::{JobRecord, Millis, QueueCounts};
 use rusqlite::{CachedStatement, Connection, OptionalExtension, Row, params};
 
+use crate::ordering::{self, Line};
 use crate::queries::{self, CANCELLED, COMPLETED, DEAD, level_below, record_from_row};
 use crate::{registry, sql};
 
@@ -104,9 +106,11 @@ fn read_page(
 
 fn listed(row: &Row<'_>, state: ListState) -> rusqlite::Result<(Cursor, JobRecord)> {
     let record = record_from_row(row)?;
-    let key: Option<i64> = row.get(15)?;
+    let key: Option<i64> = row.get(16)?;
+    // The run_at as stored, where the index has the job: a blocked job's record shows its
+    // own time.
     let sub = match state {
-        ListState::Pending | ListState::Scheduled => record.job.run_at,
+        ListState::Pending | ListState::Scheduled => row.get(4)?,
         _ => 0,
     };
     let cursor = Cursor {
@@ -196,7 +200,9 @@ pub(crate) enum Redrive {
     Discard,
 }
 
-/// Re-drives the dead letters `which` selects; returns how many there were.
+/// Re-drives the dead letters `which` selects; returns how many there were. A retried one
+/// with an ordering key goes back blocked, and the first of its key is unblocked when the
+/// key has no head ([`ordering::redriven`]).
 pub(crate) fn redrive(
     conn: &Connection,
     which: &Selection,
@@ -217,9 +223,19 @@ pub(crate) fn redrive(
     }
     let ids = serde_json::to_string(&ids).expect("a list of integers is valid JSON");
     let changed = match how {
-        Redrive::Retry => conn
-            .prepare_cached(sql::RETRY_DEAD)?
-            .execute(params![ids, now])?,
+        Redrive::Retry => {
+            let mut lines = BTreeSet::new();
+            let mut changed = 0;
+            let mut retry = conn.prepare_cached(sql::RETRY_DEAD)?;
+            let mut rows = retry.query(params![ids, now, BLOCKED])?;
+            while let Some(row) = rows.next()? {
+                changed += 1;
+                lines.extend(Line::of_row(row)?);
+            }
+            drop(rows);
+            ordering::redriven(conn, &lines)?;
+            changed
+        }
         Redrive::Discard => conn
             .prepare_cached(sql::DISCARD_DEAD)?
             .execute(params![ids])?,

@@ -58,7 +58,8 @@ struct Inner {
     limits: hopper_core::Limits,
     path: PathBuf,
     /// Bumped after committed work that a worker could take (an enqueue, a retry or a
-    /// release, a re-driven dead letter, a resumed queue), so an idle worker in this
+    /// release, a re-driven dead letter, a resumed queue, a job unblocked when the one
+    /// before it of its ordering key ended), so an idle worker in this
     /// process wakes at once rather than at its next poll. Shared by every broker of this
     /// process open on the same file (see [`wake_for`]), so a job enqueued through one
     /// wakes a worker on another; commits by other processes bump it through the file
@@ -180,20 +181,25 @@ impl Broker for SqliteBroker {
         Capabilities::leased_sql("sqlite")
             .with_admin(AdminCalls::RECORDS)
             .with_unique()
+            .with_ordered()
     }
 
     fn limits(&self) -> hopper_core::Limits {
         self.inner.limits
     }
 
-    /// A batch without unique keys is inserted as it always was; one with keys looks up
-    /// each key's holder too ([`unique::enqueue`]), in the same write transaction.
+    /// A batch without unique or ordering keys is inserted as it always was; one with keys
+    /// looks up each unique key's holder, and each ordering key's unfinished jobs, in the
+    /// same write transaction (`unique::enqueue`).
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
         let now = self.now();
-        let done = if jobs.iter().all(|job| job.unique.is_none()) {
+        let plain = jobs
+            .iter()
+            .all(|job| job.unique.is_none() && job.ordering_key.is_none());
+        let done = if plain {
             let ids = self
                 .inner
                 .writer
@@ -205,7 +211,7 @@ impl Broker for SqliteBroker {
         } else {
             self.inner
                 .writer
-                .call("enqueueing jobs with unique keys", true, move |conn| {
+                .call("enqueueing jobs with keys", true, move |conn| {
                     unique::enqueue(conn, &jobs, now)
                 })
                 .await?
@@ -228,6 +234,9 @@ impl Broker for SqliteBroker {
                 queries::fetch(conn, &request.budgets, lease, expires, now, reap)
             })
             .await?;
+        if claimed.unblocked {
+            self.wake();
+        }
         Ok(Fetched {
             lease,
             jobs: claimed.jobs,
@@ -270,12 +279,17 @@ impl Broker for SqliteBroker {
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
         let now = self.now();
-        self.inner
+        let (outcome, unblocked) = self
+            .inner
             .writer
             .call("cancelling a job", true, move |conn| {
                 queries::cancel(conn, id, now)
             })
-            .await
+            .await?;
+        if unblocked {
+            self.wake();
+        }
+        Ok(outcome)
     }
 
     async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {

@@ -14,7 +14,8 @@
 //! - `writer`: the database thread and group commit.
 //! - `queries`: each operation as it runs on that thread; `admin`, the operator calls
 //!   (listings, re-drives, pauses, statistics); `registry`, live workers and throughput
-//!   buckets; `unique`, enqueues with unique keys and the sweep of stale ones.
+//!   buckets; `unique`, enqueues with unique keys and the sweep of stale ones;
+//!   `ordering`, ordering keys: jobs blocked behind the earlier ones of their key.
 //! - `schema`: connection settings and versioned migrations (`migrations/*.sql`, recorded in
 //!   `PRAGMA user_version`).
 //! - `sql`: every statement, one per file under `sql/`.
@@ -23,6 +24,7 @@
 mod admin;
 pub mod broker;
 pub mod options;
+mod ordering;
 mod queries;
 mod registry;
 mod schema;

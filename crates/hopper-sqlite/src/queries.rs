@@ -14,6 +14,7 @@ use hopper_core::{
 use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use crate::ordering::{self, Line};
 use crate::sql;
 
 /// The error kept on a job whose lease expired while it was on its last attempt.
@@ -26,10 +27,10 @@ pub(crate) const DEAD: i64 = 3;
 pub(crate) const CANCELLED: i64 = 4;
 
 /// The entries a job's error history keeps, as the statements that append to it bind it.
-const HISTORY: i64 = ERROR_HISTORY as i64;
+pub(crate) const HISTORY: i64 = ERROR_HISTORY as i64;
 
-/// Inserts the jobs in order and returns their ids. Jobs with a unique key go through
-/// [`crate::unique::enqueue`] instead.
+/// Inserts the jobs in order and returns their ids. Jobs with a unique or an ordering key go
+/// through [`crate::unique::enqueue`] instead.
 pub(crate) fn enqueue(
     conn: &Connection,
     jobs: &[NewJob],
@@ -82,10 +83,12 @@ pub(crate) fn insert_keyed_job(
 }
 
 /// What one fetch claimed, in global order, and when the next delayed job falls due if
-/// some budget came back short.
+/// some budget came back short; whether the jobs it ended (reaped or buried) unblocked
+/// others of their ordering keys.
 pub(crate) struct Claimed {
     pub(crate) jobs: Vec<Job>,
     pub(crate) next_due: Option<Millis>,
+    pub(crate) unblocked: bool,
 }
 
 /// Takes expired leases back when `reap_expired` (the broker paces it), then claims up to
@@ -104,8 +107,9 @@ pub(crate) fn fetch(
     now: Millis,
     reap_expired: bool,
 ) -> rusqlite::Result<Claimed> {
+    let mut unblocked = false;
     if reap_expired {
-        reap(conn, now)?;
+        unblocked |= reap(conn, now)?;
     }
     let mut candidates = conn.prepare_cached(sql::CLAIM_CANDIDATES)?;
     let mut claim = conn.prepare_cached(sql::CLAIM_JOB)?;
@@ -132,7 +136,7 @@ pub(crate) fn fetch(
                 let mut job = match candidate {
                     Ok(job) => job,
                     Err(unreadable) => {
-                        unreadable.bury(conn, now)?;
+                        unblocked |= unreadable.bury(conn, now)?;
                         continue;
                     }
                 };
@@ -161,7 +165,11 @@ pub(crate) fn fetch(
             next_due = next_due.into_iter().chain(at).min();
         }
     }
-    Ok(Claimed { jobs, next_due })
+    Ok(Claimed {
+        jobs,
+        next_due,
+        unblocked,
+    })
 }
 
 /// The smallest `run_at` that `per_level` (a statement taking queue, priority and now)
@@ -197,17 +205,23 @@ pub(crate) fn level_below(
 }
 
 /// Returns jobs whose lease expired to their queue, dead-lettering those that were on
-/// their last attempt.
-fn reap(conn: &Connection, now: Millis) -> rusqlite::Result<()> {
-    conn.prepare_cached(sql::REAP_FINAL_ATTEMPTS)?
-        .execute(params![now, LEASE_EXPIRED_ON_FINAL_ATTEMPT, HISTORY])?;
+/// their last attempt; says whether that unblocked jobs of their ordering keys.
+fn reap(conn: &Connection, now: Millis) -> rusqlite::Result<bool> {
+    let died = conn
+        .prepare_cached(sql::REAP_FINAL_ATTEMPTS)?
+        .query_map(
+            params![now, LEASE_EXPIRED_ON_FINAL_ATTEMPT, HISTORY],
+            Line::of_row,
+        )?
+        .filter_map(Result::transpose)
+        .collect::<rusqlite::Result<Vec<Line>>>()?;
     conn.prepare_cached(sql::REAP_EXPIRED_LEASES)?
         .execute(params![now])?;
-    Ok(())
+    ordering::heads_ended(conn, &died)
 }
 
 /// Applies each settlement whose lease still holds its job. Also says whether any job went
-/// back to pending, so the caller can wake idle workers.
+/// back to pending or was unblocked, so the caller can wake idle workers.
 pub(crate) fn settle(
     conn: &Connection,
     settlements: &[Settlement],
@@ -262,7 +276,14 @@ pub(crate) fn settle(
                 .execute(params![id, lease, now])?,
         };
         if changed == 0 {
-            report.fenced.push(s.job);
+            // The statements that end a job match only jobs without an ordering key.
+            match ordering::settle_ended(conn, s, now)? {
+                Some(unblocked) => {
+                    report.applied += 1;
+                    requeued |= unblocked;
+                }
+                None => report.fenced.push(s.job),
+            }
             continue;
         }
         report.applied += 1;
@@ -296,23 +317,36 @@ pub(crate) fn renew(
         .collect())
 }
 
-/// Cancels a pending job, or says who holds it.
-pub(crate) fn cancel(conn: &Connection, id: JobId, now: Millis) -> rusqlite::Result<CancelOutcome> {
-    if conn
+/// Cancels a pending job, or says who holds it. Also says whether the cancelled job let
+/// the next one of its ordering key go, so the caller can wake idle workers.
+pub(crate) fn cancel(
+    conn: &Connection,
+    id: JobId,
+    now: Millis,
+) -> rusqlite::Result<(CancelOutcome, bool)> {
+    let cancelled = conn
         .prepare_cached(sql::CANCEL_PENDING)?
-        .execute(params![id.0, now])?
-        == 1
-    {
-        return Ok(CancelOutcome::Cancelled);
+        .query_row(params![id.0, now], |row| {
+            Ok((Line::of_row(row)?, row.get::<_, Millis>(2)?))
+        })
+        .optional()?;
+    if let Some((line, run_at)) = cancelled {
+        // A job that was not blocked was its key's head.
+        let unblocked = match line {
+            Some(line) if !ordering::is_blocked(run_at) => ordering::head_ended(conn, &line)?,
+            _ => false,
+        };
+        return Ok((CancelOutcome::Cancelled, unblocked));
     }
     let found: Option<(i64, Option<i64>)> = conn
         .prepare_cached(sql::JOB_LEASE)?
         .query_row(params![id.0], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
-    Ok(match found {
+    let outcome = match found {
         Some((LEASED, Some(lease))) => CancelOutcome::Held(LeaseId(lease)),
         _ => CancelOutcome::NotFound,
-    })
+    };
+    Ok((outcome, false))
 }
 
 /// One job's record.
@@ -413,12 +447,18 @@ struct Unreadable {
 }
 
 impl Unreadable {
-    fn bury(&self, conn: &Connection, now: Millis) -> rusqlite::Result<()> {
-        conn.prepare_cached(sql::BURY_PENDING)?
-            .execute(params![self.id, self.reason, now])?;
+    /// Dead-letters the row; says whether that unblocked the next job of its ordering key.
+    fn bury(&self, conn: &Connection, now: Millis) -> rusqlite::Result<bool> {
+        let buried = conn
+            .prepare_cached(sql::BURY_PENDING)?
+            .query_row(params![self.id, self.reason, now], Line::of_row)
+            .optional()?;
         tracing::error!(job = self.id, queue = %self.queue, reason = %self.reason,
             "dead-lettered a row that cannot be read as a job");
-        Ok(())
+        match buried.flatten() {
+            Some(line) => ordering::head_ended(conn, &line),
+            None => Ok(false),
+        }
     }
 }
 
@@ -450,7 +490,7 @@ fn candidate_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Job, Unreadable>
 }
 
 /// Reads a job's columns (see [`job_from_row`]) followed by `state, last_error, errors,
-/// finished_at, unique_key`.
+/// finished_at, unique_key, ordering_key`. A blocked job shows its own time.
 pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let state = match row.get::<_, i64>(10)? {
         PENDING => JobState::Pending,
@@ -470,6 +510,8 @@ pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
     if state != JobState::Leased {
         job.lease = LeaseId(0);
     }
+    let blocked;
+    (job.run_at, blocked) = ordering::own_time(job.run_at, state == JobState::Pending);
     let errors: Option<String> = row.get(12)?;
     Ok(JobRecord {
         job,
@@ -482,6 +524,8 @@ pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
         // Kept by the keyed enqueue (migration 0008), so a job shows its key after it has
         // given up the hold; NULL for a job without one or stored before the column.
         unique_key: row.get(14)?,
+        ordering_key: row.get(15)?,
+        blocked,
     })
 }
 

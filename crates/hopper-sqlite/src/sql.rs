@@ -38,7 +38,10 @@ statements! {
     INSERT_JOB = "insert_job.sql";
     /// The same for a job with a unique key, which keeps the key for its record.
     INSERT_KEYED_JOB = "insert_keyed_job.sql";
-    /// Dead-letters jobs whose lease expired on their last allowed attempt.
+    /// The same for a job with an ordering key, stored blocked behind a job of its key.
+    INSERT_ORDERED_JOB = "insert_ordered_job.sql";
+    /// Dead-letters jobs whose lease expired on their last allowed attempt; returns each
+    /// one's queue and ordering key.
     REAP_FINAL_ATTEMPTS = "reap_final_attempts.sql";
     /// Returns jobs whose lease expired to pending.
     REAP_EXPIRED_LEASES = "reap_expired_leases.sql";
@@ -50,30 +53,45 @@ statements! {
     /// here, not in the file: a statement's text, comments included, is hashed and
     /// compared on every cache lookup of a claim.)
     CLAIM_CANDIDATES = "claim_candidates.sql";
-    /// Dead-letters a pending row that cannot be read as a job, with the reason.
+    /// Dead-letters a pending row that cannot be read as a job, with the reason; returns its
+    /// queue and ordering key.
     BURY_PENDING = "bury_pending.sql";
     /// The next priority level down among a queue's pending jobs.
     NEXT_LEVEL = "next_level.sql";
     /// Claims one job under a lease, only while it is still pending.
     CLAIM_JOB = "claim_job.sql";
-    /// The earliest `run_at` after now among one priority level of a queue's pending jobs.
+    /// The earliest `run_at` after now among one priority level of a queue's pending jobs,
+    /// blocked ones left out.
     NEXT_DUE = "next_due.sql";
-    /// Removes an acknowledged job held under the named lease.
+    /// Removes an acknowledged job without an ordering key held under the named lease. One
+    /// with a key goes through `SETTLE_ACK_ORDERED`, so that this, the most frequent
+    /// settlement, costs what it did (see [`crate::ordering`]). (Said here, not in the file,
+    /// as for `CLAIM_CANDIDATES`.)
     SETTLE_ACK = "settle_ack.sql";
+    /// The same for a job with an ordering key, returning its queue and key.
+    SETTLE_ACK_ORDERED = "settle_ack_ordered.sql";
     /// Returns a job held under the named lease to pending at a later `run_at`.
     SETTLE_RETRY = "settle_retry.sql";
-    /// Dead-letters a job held under the named lease.
+    /// Dead-letters a job without an ordering key held under the named lease.
     SETTLE_DEAD_LETTER = "settle_dead_letter.sql";
+    /// The same for a job with an ordering key, returning its queue and key.
+    SETTLE_DEAD_LETTER_ORDERED = "settle_dead_letter_ordered.sql";
     /// Hands back a job held under the named lease without charging the attempt.
     SETTLE_RELEASE = "settle_release.sql";
-    /// Cancels a job held under the named lease.
+    /// Cancels a job without an ordering key held under the named lease.
     SETTLE_CANCEL = "settle_cancel.sql";
+    /// The same for a job with an ordering key, returning its queue and key.
+    SETTLE_CANCEL_ORDERED = "settle_cancel_ordered.sql";
     /// Puts off a job held under the named lease, its attempt not charged, no error kept.
     SETTLE_SNOOZE = "settle_snooze.sql";
     /// Extends the leases, of a JSON list, that have not expired yet.
     RENEW_LEASE = "renew_lease.sql";
-    /// Cancels a job if it is still pending.
+    /// Cancels a job if it is still pending; returns its queue, ordering key and run_at.
     CANCEL_PENDING = "cancel_pending.sql";
+    /// Unblocks the next job of an ordering key whose head ended.
+    UNBLOCK_NEXT = "unblock_next.sql";
+    /// Unblocks the first job of an ordering key that has no head, after a re-drive.
+    UNBLOCK_REDRIVEN = "unblock_redriven.sql";
     /// A job's state and lease.
     JOB_LEASE = "job_lease.sql";
     /// One job's full record.
@@ -105,7 +123,8 @@ statements! {
     LIST_FINISHED_NEWEST = "list_finished_newest.sql";
     /// The ids of a queue's oldest dead letters.
     DEAD_CHUNK = "dead_chunk.sql";
-    /// Puts dead letters, of a JSON list of ids, back in their queue.
+    /// Puts dead letters, of a JSON list of ids, back in their queue, those with an ordering
+    /// key blocked; returns each one's queue and ordering key.
     RETRY_DEAD = "retry_dead.sql";
     /// Deletes dead letters, of a JSON list of ids.
     DISCARD_DEAD = "discard_dead.sql";
@@ -154,6 +173,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0006_unique_keys.sql"),
     include_str!("../migrations/0007_worker_schedules.sql"),
     include_str!("../migrations/0008_job_unique_key.sql"),
+    include_str!("../migrations/0009_ordering_keys.sql"),
 ];
 
 #[cfg(test)]
@@ -305,6 +325,39 @@ mod tests {
                     "{name}: no step `{part}` in {steps:?}"
                 );
             }
+        }
+    }
+
+    /// A job with an ordering key finds its key's pending and leased jobs, and an ended
+    /// head the key's next job, by the key in the ordering index (one descent, however many
+    /// jobs wait on the key or died of it); a job with a key ends by its id, as one
+    /// without does.
+    #[test]
+    fn ordering_keys_are_read_by_key() {
+        let by_key = "SEARCH hopper_jobs USING INDEX hopper_jobs_ordering \
+                      (queue=? AND ordering_key=?)";
+        let by_id = "SEARCH hopper_jobs USING INTEGER PRIMARY KEY (rowid=?)";
+        let expected: &[(&str, &[&str])] = &[
+            ("INSERT_ORDERED_JOB", &["SCALAR SUBQUERY 1", by_key]),
+            ("UNBLOCK_NEXT", &[by_id, "SCALAR SUBQUERY 1", by_key]),
+            (
+                "UNBLOCK_REDRIVEN",
+                &[
+                    by_id,
+                    "SCALAR SUBQUERY 1",
+                    by_key,
+                    "SCALAR SUBQUERY 2",
+                    by_key,
+                ],
+            ),
+            ("SETTLE_ACK_ORDERED", &[by_id]),
+            ("SETTLE_DEAD_LETTER_ORDERED", &[by_id]),
+            ("SETTLE_CANCEL_ORDERED", &[by_id]),
+        ];
+        let plans = plans();
+        for (name, parts) in expected {
+            let (_, steps) = plans.iter().find(|(n, _)| n == name).unwrap();
+            assert_eq!(steps, parts, "{name}");
         }
     }
 

@@ -1,5 +1,6 @@
 //! Unique keys ([`hopper_core::UniqueScope`]) as they run on the database thread: a batch
-//! with keys enqueued, and the sweep that deletes keys whose hold no longer stands.
+//! with keys enqueued (ordering keys too, through [`crate::ordering`]), and the sweep that
+//! deletes keys whose hold no longer stands.
 //!
 //! `hopper_unique` (migration 0006) keeps each key's holder. Whether a hold still stands is
 //! decided only when the next job with the key arrives, from the holder's row, so claims,
@@ -15,7 +16,7 @@ use hopper_core::job::earlier_with_key;
 use hopper_core::{Enqueued, JobId, Millis, NewJob};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::{queries, sql};
+use crate::{ordering, queries, sql};
 
 /// Keys the sweep examines per worker report: a bounded step, however many keys are
 /// held, of about a millisecond on the database thread (one job looked up per key).
@@ -25,12 +26,14 @@ const SWEEP_STEP: i64 = 1000;
 /// start from the first.
 pub(crate) type SweepCursor = Option<(String, String)>;
 
-/// Enqueues a batch in which some jobs have a key, in order. A job whose key an earlier
-/// job of the batch has is not stored and answers as that one did; one whose key is held
-/// by a job whose hold still stands is not stored and answers with the holder; every
-/// other job is inserted as [`queries::enqueue`] does and, with a key, takes it, over a
-/// stale holder if there was one. A stored job with a key keeps it in its row too
-/// ([`queries::insert_keyed_job`]), for its record, after the hold ends.
+/// Enqueues a batch in which some jobs have a unique or an ordering key, in order. A job
+/// whose unique key an earlier job of the batch has is not stored and answers as that one
+/// did; one whose key is held by a job whose hold still stands is not stored and answers
+/// with the holder; every other job is inserted as [`queries::enqueue`] does and, with a
+/// key, takes it, over a stale holder if there was one. A stored job with a key keeps it
+/// in its row too ([`queries::insert_keyed_job`]), for its record, after the hold ends. A
+/// job with an ordering key (never with a unique one too) is inserted by
+/// [`ordering::insert`], blocked behind the pending and leased jobs of its key.
 ///
 /// The holder is looked up before the job is inserted, rather than the job inserted and
 /// then deleted again on finding the key held: the writer is alone in the file, so the
@@ -44,6 +47,7 @@ pub(crate) fn enqueue(
     let mut insert_keyed = conn.prepare_cached(sql::INSERT_KEYED_JOB)?;
     let mut holder = conn.prepare_cached(sql::UNIQUE_HOLDER)?;
     let mut take = conn.prepare_cached(sql::TAKE_UNIQUE_KEY)?;
+    let mut insert_ordered = conn.prepare_cached(sql::INSERT_ORDERED_JOB)?;
     let mut done: Vec<Enqueued> = Vec::with_capacity(jobs.len());
     for (job, earlier) in jobs.iter().zip(earlier_with_key(jobs)) {
         if let Some(first) = earlier {
@@ -51,11 +55,11 @@ pub(crate) fn enqueue(
             continue;
         }
         let Some(unique) = &job.unique else {
-            done.push(Enqueued::stored(queries::insert_job(
-                &mut insert,
-                job,
-                now,
-            )?));
+            let id = match &job.ordering_key {
+                Some(key) => ordering::insert(&mut insert_ordered, job, key, now)?,
+                None => queries::insert_job(&mut insert, job, now)?,
+            };
+            done.push(Enqueued::stored(id));
             continue;
         };
         let held: Option<i64> = holder

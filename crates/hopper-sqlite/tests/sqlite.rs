@@ -1,8 +1,9 @@
 //! hopper-sqlite's tests: the shared broker suite with each case on a file of its own, then
 //! what only a file can show: jobs surviving a reopen, two brokers sharing one file, group
 //! commit isolating a failing command, refusals at open, migrations of older files, a
-//! pause made through one broker stopping the workers of another, and unique keys: a table
-//! jobs without one never reach, swept by worker reports.
+//! pause made through one broker stopping the workers of another, unique keys: a table
+//! jobs without one never reach, swept by worker reports, and ordering keys: an index jobs
+//! without one never reach, and blocked jobs as listings show them.
 
 mod sqlite {
     mod admin_migration;
@@ -12,6 +13,8 @@ mod sqlite {
     mod history;
     mod listing;
     mod open;
+    mod ordering;
+    mod ordering_migration;
     mod pausing;
     mod ranges;
     mod registry_migration;

@@ -92,6 +92,7 @@ macro_rules! broker_suite {
             bounded_counts,
             unique_keys,
             snooze_is_attempt_neutral,
+            ordered_keys,
         );
 
         #[$crate::__private::tokio::test(
@@ -110,6 +111,15 @@ macro_rules! broker_suite {
         )]
         async fn unique_keys_racing_producers() {
             $crate::cases::unique_keys_racing_producers(($factory)().await).await;
+        }
+
+        #[$crate::__private::tokio::test(
+            crate = "hopper_testkit::__private::tokio",
+            flavor = "multi_thread",
+            worker_threads = 4
+        )]
+        async fn ordered_keys_racing_claimers() {
+            $crate::cases::ordered_keys_racing_claimers(($factory)().await).await;
         }
     };
     (@paused $factory:expr; $($case:ident,)*) => {
@@ -156,6 +166,7 @@ macro_rules! worker_suite {
             worker_listed_while_running,
             snoozed_job_is_not_charged,
             periodic_slots_enqueued_once,
+            ordered_keys_run_in_order,
         );
     };
 }

@@ -131,6 +131,10 @@ pub struct JobView {
     pub finished_at: Option<i64>,
     /// The unique key it was enqueued with, if any.
     pub unique_key: Option<String>,
+    /// Its ordering key, if any: jobs of the queue with the same key run one at a time.
+    pub ordering_key: Option<String>,
+    /// Pending behind an earlier job of its ordering key.
+    pub blocked: bool,
     pub headers: BTreeMap<String, String>,
     /// The payload, when it is JSON.
     #[schema(value_type = Option<Object>)]
@@ -168,6 +172,8 @@ impl From<&JobRecord> for JobView {
             started_at: r.started_at,
             finished_at: r.finished_at,
             unique_key: r.unique_key.clone(),
+            ordering_key: r.ordering_key.clone(),
+            blocked: r.blocked,
             headers: j.headers.clone(),
             payload_json: json,
             payload_text: text,

@@ -105,6 +105,11 @@ fn bad_input_is_refused_by_name_and_stores_nothing() {
             "",
             "invalid --unique-for `always`",
         ),
+        (
+            vec!["q", "1", "--ordering-key", ""],
+            "",
+            "invalid ordering_key ``",
+        ),
     ] {
         let (code, out, err) = enqueue(&url, &args, stdin);
         assert_eq!(code, Some(2), "{args:?}: {err}");
@@ -164,6 +169,38 @@ fn unique_keys_print_the_holder() {
         broker.counts("q").await.unwrap()
     });
     assert_eq!(counts.pending, 2, "order-7 and order-8");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// `--ordering-key`: lines from standard input with one key wait one behind the other, in
+/// line order; `jobs show` says which waits; the key does not go with `--unique-key`.
+#[test]
+fn ordering_keys_queue_lines_in_order() {
+    let (url, dir) = sqlite_url("enqueue_ordered");
+    let (code, out, err) = enqueue(&url, &["q", "--ordering-key", "acct-9"], "1\n2\n3\n");
+    assert_eq!(code, Some(0), "{err}");
+    let ids: Vec<&str> = out.lines().collect();
+    assert_eq!(ids.len(), 3, "{out}");
+    let show = |id: &str| {
+        let json = hopper(&["--broker", &url, "jobs", "show", id, "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&json.stdout).unwrap()
+    };
+    let waits: Vec<_> = ids.iter().map(|id| show(id)["blocked"].clone()).collect();
+    assert_eq!(waits, [false, true, true], "the first runs, the rest wait");
+    assert_eq!(show(ids[2])["ordering_key"], "acct-9");
+    let text = hopper(&["--broker", &url, "jobs", "show", ids[1]]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("ordering key acct-9  (waits for an earlier job of the key)"),
+        "{text}"
+    );
+    let (code, out, err) = enqueue(
+        &url,
+        &["q", "4", "--ordering-key", "k", "--unique-key", "u"],
+        "",
+    );
+    assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
+    assert!(err.contains("--unique-key"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }
 

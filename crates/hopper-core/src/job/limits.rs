@@ -10,6 +10,7 @@
 //! | `run_at` | [`MIN_RUN_AT`] to [`MAX_RUN_AT`] |
 //! | header names | 1 to [`MAX_HEADER_NAME`] bytes, no NUL |
 //! | header values | no NUL; names and values together at most [`MAX_HEADERS_BYTES`] |
+//! | ordering key | 1 to [`MAX_ORDERING_KEY`] bytes, no NUL; not with a unique key |
 //! | unique key | 1 to [`MAX_UNIQUE_KEY`](super::MAX_UNIQUE_KEY) bytes, no NUL; a period of more than 0 and at most [`MAX_DELAY`] |
 //! | payload | at most [`Limits::max_payload`], [`DEFAULT_MAX_PAYLOAD`] unless the broker is told otherwise |
 
@@ -25,6 +26,8 @@ pub const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// The longest header name, in bytes: what an AMQP field table can carry (a short
 /// string), so a job's headers mean the same on every broker.
 pub const MAX_HEADER_NAME: usize = 255;
+/// The longest ordering key ([`NewJob::ordering_key`]), in bytes: as long as a unique key.
+pub const MAX_ORDERING_KEY: usize = 255;
 /// The most bytes a job's header names and values may hold together. Headers are
 /// metadata (trace ids, tenants, reasons); a worker reads them with every job.
 pub const MAX_HEADERS_BYTES: usize = 64 * 1024;
@@ -140,6 +143,16 @@ impl NewJob {
         }
         if let Some(unique) = &self.unique {
             unique.validate()?;
+        }
+        if let Some(key) = &self.ordering_key {
+            if key.is_empty() || key.len() > MAX_ORDERING_KEY || key.contains('\0') {
+                let allowed = format!("1 to {MAX_ORDERING_KEY} bytes, no NUL");
+                return Err(ConfigError::new("ordering_key", key.escape_debug(), allowed).into());
+            }
+            if self.unique.is_some() {
+                let allowed = "no unique key on the same job";
+                return Err(ConfigError::new("ordering_key", key.escape_debug(), allowed).into());
+            }
         }
         self.validate_headers()
     }

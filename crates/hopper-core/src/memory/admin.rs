@@ -143,7 +143,8 @@ impl MemoryBroker {
                 if !is_dead || !taken.insert(id) {
                     continue;
                 }
-                let mut job = st.finished.remove(&id).expect("checked above").job;
+                let record = st.finished.remove(&id).expect("checked above");
+                let mut job = record.job;
                 done += 1;
                 touched.insert(job.queue.clone());
                 if retry {
@@ -151,6 +152,9 @@ impl MemoryBroker {
                     job.attempt = 0;
                     job.run_at = now;
                     job.lease = LeaseId(0);
+                    if let Some(key) = record.ordering_key {
+                        job.run_at = st.lines.enter(&job.queue, key, id, now);
+                    }
                     st.queue(&job.queue).push(job, now);
                 } else {
                     st.errors.remove(&id);

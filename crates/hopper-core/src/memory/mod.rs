@@ -8,6 +8,7 @@
 //! them exactly as the durable brokers do.
 
 mod admin;
+mod ordering;
 mod queue;
 mod registry;
 mod state;
@@ -30,7 +31,7 @@ use crate::broker::{
 };
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::job::{Enqueued, Job, JobCopy, JobId, LeaseId, Millis, earlier_with_key};
+use crate::job::{Enqueued, Job, JobCopy, JobId, LeaseId, Millis, earlier_with_key, is_blocked};
 use crate::registry::{Bucket, WorkerBeat, WorkerInfo};
 use state::{Held, Lease, State, status};
 pub use topic::{Subscription, Topic};
@@ -104,7 +105,9 @@ impl MemoryBroker {
 #[async_trait]
 impl Broker for MemoryBroker {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::in_process("memory").with_unique()
+        Capabilities::in_process("memory")
+            .with_unique()
+            .with_ordered()
     }
 
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
@@ -131,7 +134,10 @@ impl Broker for MemoryBroker {
                 }
                 let id = JobId(st.next_id);
                 st.next_id += 1;
-                let run_at = new.run_at_millis(now);
+                let mut run_at = new.run_at_millis(now);
+                if let Some(key) = new.ordering_key.take() {
+                    run_at = st.lines.enter(&new.queue, key, id, run_at);
+                }
                 let job = Job {
                     id,
                     queue: new.queue,
@@ -196,8 +202,11 @@ impl Broker for MemoryBroker {
                 }
             }
             if jobs.len() - before < budget.limit {
-                if let Some(((at, _), _)) = q.delayed.first_key_value() {
-                    next_due = Some(next_due.map_or(*at, |n: Millis| n.min(*at)));
+                match q.delayed.first_key_value() {
+                    Some(((at, _), _)) if !is_blocked(*at) => {
+                        next_due = Some(next_due.map_or(*at, |n: Millis| n.min(*at)));
+                    }
+                    _ => {}
                 }
             }
         }
@@ -250,6 +259,7 @@ impl Broker for MemoryBroker {
                         st.errors.remove(&s.job);
                     }
                     st.holds.gone(s.job);
+                    requeued |= st.leave_line(s.job, now);
                     continue;
                 }
                 let mut job = st.job_of(held);
@@ -262,7 +272,7 @@ impl Broker for MemoryBroker {
                         st.queue(&job.queue).push(job, now);
                         requeued = true;
                     }
-                    Outcome::DeadLetter { error } => st.dead_letter(job, error, now),
+                    Outcome::DeadLetter { error } => requeued |= st.dead_letter(job, error, now),
                     Outcome::Release => {
                         job.attempt = job.attempt.saturating_sub(1);
                         if job.attempt == 0 {
@@ -280,7 +290,7 @@ impl Broker for MemoryBroker {
                         st.queue(&job.queue).push(job, now);
                         requeued = true;
                     }
-                    Outcome::Cancel => st.finish(job, JobState::Cancelled, now),
+                    Outcome::Cancel => requeued |= st.finish(job, JobState::Cancelled, now),
                 }
             }
             st.release_lease_slots(run_lease, run);
@@ -313,7 +323,10 @@ impl Broker for MemoryBroker {
         let found = st.queues.values_mut().find_map(|q| q.remove_pending(id));
         match found {
             Some(job) => {
-                st.finish(job, JobState::Cancelled, self.inner.clock.now_millis());
+                if st.finish(job, JobState::Cancelled, self.inner.clock.now_millis()) {
+                    drop(st);
+                    self.wake();
+                }
                 Ok(CancelOutcome::Cancelled)
             }
             None => Ok(CancelOutcome::NotFound),
@@ -360,6 +373,7 @@ impl Broker for MemoryBroker {
         let mut gone = 0u64;
         let index = st.name_index(queue);
         st.holds.purged(queue);
+        st.lines.purged(queue);
         if let Some(q) = st.queues.remove(queue) {
             gone += (q.ready_len + q.delayed.len() + q.dead.len()) as u64;
             for id in q.dead {

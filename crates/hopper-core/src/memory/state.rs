@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::queue::MemQueue;
 use crate::admin::{AttemptError, ERROR_HISTORY, bounded_error};
 use crate::broker::{JobRecord, JobState};
-use crate::job::{IdMap, Job, JobCopy, JobId, LeaseId, Millis};
+use crate::job::{IdMap, Job, JobCopy, JobId, LeaseId, Millis, is_blocked, own_run_at};
 
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -26,6 +26,8 @@ pub(super) struct State {
     pub(super) paused: BTreeSet<String>,
     /// Unique keys and their holders.
     pub(super) holds: super::unique::Holds,
+    /// Ordering keys and their unfinished jobs.
+    pub(super) lines: super::ordering::Lines,
     pub(super) next_reap: Millis,
 }
 
@@ -157,12 +159,14 @@ impl State {
     /// A record of `job` in `state`, with its error history.
     pub(super) fn record(
         &self,
-        job: Job,
+        mut job: Job,
         state: JobState,
         finished_at: Option<Millis>,
     ) -> JobRecord {
         let errors = self.errors.get(&job.id).cloned().unwrap_or_default();
         let id = job.id;
+        let blocked = state == JobState::Pending && is_blocked(job.run_at);
+        job.run_at = own_run_at(job.run_at);
         JobRecord {
             job,
             state,
@@ -171,11 +175,14 @@ impl State {
             started_at: None,
             finished_at,
             unique_key: self.holds.key_of(id),
+            ordering_key: self.lines.key_of(id).map(str::to_owned),
+            blocked,
         }
     }
 
-    /// Keeps `job` as finished in `state` (dead or cancelled), for inspection.
-    pub(super) fn finish(&mut self, job: Job, state: JobState, now: Millis) {
+    /// Keeps `job` as finished in `state` (dead or cancelled), for inspection, and
+    /// unblocks the next job of its ordering key: whether one was.
+    pub(super) fn finish(&mut self, job: Job, state: JobState, now: Millis) -> bool {
         if state == JobState::Dead {
             self.queue(&job.queue).dead.push(job.id);
         }
@@ -185,6 +192,26 @@ impl State {
             self.errors.remove(&id);
         }
         self.finished.insert(id, record);
+        self.leave_line(id, now)
+    }
+
+    /// Takes a job that completed, died, was cancelled or purged off its key, and unblocks
+    /// the key's next job: whether one was.
+    pub(super) fn leave_line(&mut self, id: JobId, now: Millis) -> bool {
+        let Some((queue, next, stored)) = self.lines.leave(id) else {
+            return false;
+        };
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return false;
+        };
+        match q.delayed.remove(&(stored, next)) {
+            Some(mut job) => {
+                job.run_at = own_run_at(stored);
+                q.push(job, now);
+                true
+            }
+            None => false,
+        }
     }
 
     /// What `id` is when held or finished, with its attempts: `None` for any other job.
@@ -192,9 +219,10 @@ impl State {
         status(&self.leased, &self.finished, id)
     }
 
-    pub(super) fn dead_letter(&mut self, job: Job, error: String, now: Millis) {
+    /// Dead-letters `job`: whether the next job of its ordering key was unblocked.
+    pub(super) fn dead_letter(&mut self, job: Job, error: String, now: Millis) -> bool {
         self.record_error(&job, &error, now);
-        self.finish(job, JobState::Dead, now);
+        self.finish(job, JobState::Dead, now)
     }
 }
 

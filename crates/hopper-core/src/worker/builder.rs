@@ -175,8 +175,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// The wall clock the worker's schedules read: the system's unless set (tests use
-    /// [`Clock::tokio`](crate::Clock::tokio) with the broker's).
+    /// The wall clock the worker's schedules read, and against which it waits for the
+    /// broker's next due job: the system's unless set (tests use
+    /// [`Clock::tokio`](crate::Clock::tokio) with a broker on the same clock).
     pub fn clock(mut self, clock: crate::clock::Clock) -> Self {
         self.config.clock = clock;
         self

@@ -106,7 +106,7 @@ pub(crate) struct WorkerConfig {
     pub(crate) grace: Duration,
     /// How often the worker reports itself to a broker that lists workers; `None`: never.
     pub(crate) heartbeat: Option<Duration>,
-    /// The wall clock the worker's schedules read.
+    /// The wall clock the worker's schedules and the broker's due times read.
     pub(crate) clock: crate::clock::Clock,
 }
 

@@ -8,8 +8,9 @@ use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
 use super::inspect::counts;
+use super::ordering::{self, Line};
 use super::registry::buckets;
-use super::rows::{CANCELLED, COMPLETED, DEAD, record_from_row};
+use super::rows::{CANCELLED, COMPLETED, DEAD, record_from_row, stored_run_at};
 use crate::sql::{self, MAX_LIST, fixed, padded};
 
 /// A page of `query`'s jobs, each with the cursor that follows it.
@@ -78,9 +79,10 @@ async fn waiting(
                 .await?;
             for row in &rows {
                 let record = record_from_row(row)?;
+                // The stored time, which the page is ordered by, not the one shown.
                 let cursor = Cursor {
                     key: i64::from(record.job.priority),
-                    sub: record.job.run_at,
+                    sub: stored_run_at(&record),
                     id: record.job.id,
                 };
                 found.push((cursor, record));
@@ -162,7 +164,65 @@ fn with_cursors(
 
 /// Puts the selected dead letters back in their queues, due now (`retry`), or deletes them.
 /// Returns how many.
+///
+/// A re-drive first reads which of the selected dead letters have an ordering key: the
+/// statement that puts the others back leaves those out, and they go back under their
+/// keys' locks ([`ordering::redrive`]).
 pub(crate) async fn redrive(
+    conn: &mut MySqlConnection,
+    which: &Selection,
+    retry: bool,
+    now: Option<Millis>,
+) -> Result<u64, sqlx::Error> {
+    if !retry {
+        return discard_or_retry(conn, which, false, now).await;
+    }
+    let ordered = ordered_dead(conn, which).await?;
+    let done = discard_or_retry(conn, which, true, now).await?;
+    Ok(done + ordering::redrive(conn, ordered, now).await?)
+}
+
+/// The selected dead letters that have an ordering key, with their keys.
+async fn ordered_dead(
+    conn: &mut MySqlConnection,
+    which: &Selection,
+) -> Result<Vec<(i64, Line)>, sqlx::Error> {
+    let mut rows = Vec::new();
+    match which {
+        Selection::Jobs(ids) => {
+            for chunk in ids.chunks(MAX_LIST) {
+                let size = padded(chunk.len());
+                let text = sql::with_ids(&sql::ORDERING_DEAD, size);
+                let mut query = sqlx::query(&text);
+                for i in 0..size {
+                    query = query.bind(chunk.get(i).map_or(0, |id: &JobId| id.0));
+                }
+                rows.extend(query.fetch_all(&mut *conn).await?);
+            }
+        }
+        Selection::Queue { queue, at_most } => {
+            if *at_most > 0 {
+                let query = sqlx::query(fixed(&sql::ORDERING_DEAD_QUEUE))
+                    .bind(queue.as_str())
+                    .bind(limit(*at_most));
+                rows = query.fetch_all(&mut *conn).await?;
+            }
+        }
+    }
+    let mut dead = Vec::with_capacity(rows.len());
+    for row in &rows {
+        // `ascii_bin` reaches the client flagged binary (see `rows`).
+        let line = (row.try_get_unchecked(1)?, row.try_get(2)?);
+        dead.push((row.try_get(0)?, line));
+    }
+    // A job named twice goes back once.
+    dead.sort_unstable_by_key(|(id, _)| *id);
+    dead.dedup_by_key(|(id, _)| *id);
+    Ok(dead)
+}
+
+/// Runs the re-drive (`retry`) or discard statements of `which`.
+async fn discard_or_retry(
     conn: &mut MySqlConnection,
     which: &Selection,
     retry: bool,

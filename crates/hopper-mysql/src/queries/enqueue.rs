@@ -1,6 +1,8 @@
 //! Enqueueing: jobs encoded once, split into inserts of at most [`ENQUEUE_ROWS`] jobs and
-//! [`ENQUEUE_BYTES`], each one multi-row `INSERT`.
+//! [`ENQUEUE_BYTES`], each one multi-row `INSERT`. A batch in which some job has a unique
+//! or an ordering key goes through `ordering::enqueue_keyed`, in one transaction.
 
+use hopper_core::job::BLOCKED;
 use hopper_core::{JobId, Millis, NewJob};
 use sqlx::mysql::MySqlConnection;
 
@@ -19,6 +21,8 @@ pub(crate) struct NewRow<'a> {
     run_at: Option<Millis>,
     delay_ms: Millis,
     headers: Option<String>,
+    /// Stored waiting behind an earlier job of its ordering key (`ordering::enter`).
+    pub(crate) blocked: bool,
 }
 
 /// Encodes jobs for [`insert`]: with no clock of our own, a job due now or after a delay
@@ -35,6 +39,7 @@ pub(crate) fn new_rows<'a>(
                 run_at,
                 delay_ms,
                 headers: job.headers_json(),
+                blocked: false,
             }
         })
         .collect()
@@ -76,9 +81,10 @@ pub(crate) async fn insert(
     insert_rows(conn, rows, now, id_step, false).await
 }
 
-/// [`insert`], writing each job's unique key (NULL for a job without one) into its row in
-/// the same statement, so that its record shows the key whether or not the job keeps it.
-/// Only enqueues in which some job has a key come here: the plain insert binds no key.
+/// [`insert`], writing each job's unique key and ordering key (NULL for a job without one)
+/// into its row in the same statement, so that its record shows the unique key whether or
+/// not the job keeps it, and its `run_at` moved by [`BLOCKED`] when it is `blocked`. Only
+/// enqueues in which some job has a key come here: the plain insert binds no key.
 pub(crate) async fn insert_keyed(
     conn: &mut MySqlConnection,
     rows: &[NewRow<'_>],
@@ -110,13 +116,19 @@ async fn insert_rows(
             .bind(row.job.queue.as_str())
             .bind(row.job.priority)
             .bind(row.run_at)
-            .bind(row.delay_ms)
+            .bind(row.delay_ms);
+        if keyed {
+            query = query.bind(if row.blocked { BLOCKED } else { 0 });
+        }
+        query = query
             .bind(i32::try_from(row.job.max_attempts).unwrap_or(i32::MAX))
             .bind(row.job.payload.as_slice())
             .bind(row.headers.as_deref())
             .bind(now);
         if keyed {
-            query = query.bind(row.job.unique.as_ref().map(|u| u.key.as_str()));
+            query = query
+                .bind(row.job.unique.as_ref().map(|u| u.key.as_str()))
+                .bind(row.job.ordering_key.as_deref().map(str::as_bytes));
         }
     }
     let done = query.execute(&mut *conn).await?;

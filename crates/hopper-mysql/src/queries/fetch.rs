@@ -10,27 +10,59 @@ use hopper_core::{Job, LeaseId, Millis};
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
+use super::ordering::{self, Line};
 use super::rows::job_from_row;
 use crate::conn::server_error_number;
 use crate::sql::{self, MAX_LIST, fixed, padded};
 
-/// Returns jobs of expired leases to pending, dead-lettering those on their last attempt.
-/// Returns how many it moved.
+/// What the reaper did: how many jobs it moved, and whether a job it dead-lettered let
+/// the next job of its ordering key run.
+pub(crate) struct Reaped {
+    pub(crate) moved: u64,
+    pub(crate) unblocked: bool,
+}
+
+/// Returns jobs of expired leases to pending, dead-lettering those on their last attempt,
+/// whose ordering keys then move on ([`ordering::unblock`]).
+///
+/// The expired jobs are read and locked first: when none is, that read is the reaper's one
+/// statement, as the `UPDATE` was; when some are, it names the jobs that die, which the
+/// `UPDATE` cannot (MySQL has no `RETURNING`).
 pub(crate) async fn reap(
     conn: &mut MySqlConnection,
     now: Option<Millis>,
-) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query(fixed(&sql::REAP))
+) -> Result<Reaped, sqlx::Error> {
+    let rows = sqlx::query(fixed(&sql::REAP_EXPIRED))
         .bind(now)
-        .bind(now)
-        .bind(now)
-        .execute(conn)
+        .fetch_all(&mut *conn)
         .await?;
-    Ok(done.rows_affected())
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut lines: Vec<Line> = Vec::new();
+    for row in &rows {
+        ids.push(row.try_get::<i64, _>(0)?);
+        let dies = row.try_get::<i64, _>(1)? != 0;
+        if let (true, Some(key)) = (dies, row.try_get::<Option<Vec<u8>>, _>(3)?) {
+            lines.push((row.try_get_unchecked(2)?, key));
+        }
+    }
+    let mut moved = 0;
+    for chunk in ids.chunks(MAX_LIST) {
+        let size = padded(chunk.len());
+        let text = sql::with_ids(&sql::REAP, size);
+        let mut query = sqlx::query(&text).bind(now).bind(now);
+        for i in 0..size {
+            query = query.bind(chunk.get(i).copied().unwrap_or(0));
+        }
+        moved += query.execute(&mut *conn).await?.rows_affected();
+    }
+    let unblocked = ordering::unblock(conn, lines).await?;
+    Ok(Reaped { moved, unblocked })
 }
 
-/// Claims up to each budget's limit under `lease`, inside the caller's transaction, and
-/// returns the jobs in global order. `budgets` name distinct queues.
+/// Claims up to each budget's limit, inside the caller's transaction, and returns the jobs
+/// in global order with the lease they are held under: `base`, its lowest bit saying
+/// whether a job has an ordering key ([`ordering::lease_for`]). `budgets` name distinct
+/// queues.
 ///
 /// All budgets go in one statement, a UNION ALL of one locking select per budget, unless
 /// the server refused that form once (`union` turns false), after which each budget is a
@@ -43,11 +75,11 @@ pub(crate) async fn claim(
     conn: &mut MySqlConnection,
     budgets: &[(&str, usize)],
     levels: &[Option<Vec<i32>>],
-    lease: LeaseId,
+    base: LeaseId,
     ttl_ms: Millis,
     now: Option<Millis>,
     union: &AtomicBool,
-) -> Result<Vec<Job>, sqlx::Error> {
+) -> Result<(Vec<Job>, LeaseId), sqlx::Error> {
     let budgets: Vec<(&str, usize, Option<&[i32]>)> = budgets
         .iter()
         .zip(levels)
@@ -57,9 +89,9 @@ pub(crate) async fn claim(
     let budgets = budgets.as_slice();
     let mut jobs = None;
     if budgets.is_empty() {
-        jobs = Some(Vec::new());
+        jobs = Some(Claimed::default());
     } else if budgets.len() > 1 && union.load(Ordering::Relaxed) {
-        match candidates(conn, budgets, now, lease).await {
+        match candidates(conn, budgets, now).await {
             Ok(found) => jobs = Some(found),
             Err(e) if refuses_union(&e) => {
                 tracing::info!(
@@ -72,16 +104,22 @@ pub(crate) async fn claim(
             Err(e) => return Err(e),
         }
     }
-    let mut jobs = match jobs {
+    let Claimed { mut jobs, ordered } = match jobs {
         Some(jobs) => jobs,
         None => {
-            let mut all = Vec::new();
+            let mut all = Claimed::default();
             for budget in budgets {
-                all.extend(candidates(conn, std::slice::from_ref(budget), now, lease).await?);
+                let one = candidates(conn, std::slice::from_ref(budget), now).await?;
+                all.jobs.extend(one.jobs);
+                all.ordered |= one.ordered;
             }
             all
         }
     };
+    let lease = ordering::lease_for(base, ordered);
+    for job in &mut jobs {
+        job.lease = lease;
+    }
     for ids in jobs.chunks(MAX_LIST) {
         let size = padded(ids.len());
         let text = sql::with_ids(&sql::LEASE_CLAIMED, size);
@@ -93,7 +131,7 @@ pub(crate) async fn claim(
         query.execute(&mut *conn).await?;
     }
     jobs.sort_by_key(|j| (Reverse(j.priority), j.run_at, j.id));
-    Ok(jobs)
+    Ok((jobs, lease))
 }
 
 /// Whether `e` is the server refusing the UNION ALL form of a claim (a syntax error, or
@@ -102,14 +140,20 @@ fn refuses_union(e: &sqlx::Error) -> bool {
     matches!(server_error_number(e), Some(1064 | 1221))
 }
 
-/// Locks and reads the candidates of `budgets` (queue, limit, levels), as they will be once
-/// claimed.
+/// Candidates of a claim, as they will be once claimed (their lease still to set), and
+/// whether one has an ordering key.
+#[derive(Default)]
+struct Claimed {
+    jobs: Vec<Job>,
+    ordered: bool,
+}
+
+/// Locks and reads the candidates of `budgets` (queue, limit, levels).
 async fn candidates(
     conn: &mut MySqlConnection,
     budgets: &[(&str, usize, Option<&[i32]>)],
     now: Option<Millis>,
-    lease: LeaseId,
-) -> Result<Vec<Job>, sqlx::Error> {
+) -> Result<Claimed, sqlx::Error> {
     // Level lists padded to a power of two (repeating the last), so that few texts are
     // prepared.
     let text = budgets
@@ -132,18 +176,31 @@ async fn candidates(
             .bind(i64::try_from(*limit).unwrap_or(i64::MAX));
     }
     let rows = query.fetch_all(&mut *conn).await?;
-    let mut jobs = Vec::with_capacity(rows.len());
+    let mut claimed = Claimed {
+        jobs: Vec::with_capacity(rows.len()),
+        ordered: false,
+    };
     for row in &rows {
-        match job_from_row(row, lease) {
+        let key: Option<Vec<u8>> = row.try_get(9)?;
+        match job_from_row(row, LeaseId(0)) {
             Ok(mut job) => {
                 job.attempt += 1;
-                jobs.push(job);
+                claimed.jobs.push(job);
+                claimed.ordered |= key.is_some();
             }
-            // Locked by this claim like the rest: dead-lettered in its transaction.
-            Err(e) => bury(conn, row, &e, now).await?,
+            // Locked by this claim like the rest: dead-lettered in its transaction, and
+            // the next job of its key may run (found by the next fetch: nothing is woken
+            // for a row this rare).
+            Err(e) => {
+                bury(conn, row, &e, now).await?;
+                if let Some(key) = key {
+                    let line = (row.try_get_unchecked(1)?, key);
+                    ordering::unblock(conn, vec![line]).await?;
+                }
+            }
         }
     }
-    Ok(jobs)
+    Ok(claimed)
 }
 
 /// Dead-letters a candidate row that cannot be read as a job (a column another program

@@ -4,30 +4,41 @@
 use hopper_core::{CancelOutcome, JobId, JobRecord, LeaseId, Millis, QueueCounts};
 use sqlx::mysql::MySqlConnection;
 
-use super::rows::{LEASED, record_from_row};
+use super::rows::{LEASED, PENDING, record_from_row};
 use crate::sql::{self, fixed};
 
-/// Cancels a pending job, or says who holds it.
+/// What [`cancel`] found.
+pub(crate) enum Cancel {
+    /// The outcome.
+    Done(CancelOutcome),
+    /// A pending job with an ordering key: it is cancelled in a transaction of its own
+    /// ([`ordering::cancel`](super::ordering::cancel)), so that its key moves on.
+    Ordered,
+}
+
+/// Cancels a pending job without an ordering key, or says who holds the job, or that it
+/// has a key: the statement that cancels leaves those alone.
 pub(crate) async fn cancel(
     conn: &mut MySqlConnection,
     id: JobId,
     now: Option<Millis>,
-) -> Result<CancelOutcome, sqlx::Error> {
+) -> Result<Cancel, sqlx::Error> {
     let done = sqlx::query(fixed(&sql::CANCEL))
         .bind(now)
         .bind(id.0)
         .execute(&mut *conn)
         .await?;
     if done.rows_affected() == 1 {
-        return Ok(CancelOutcome::Cancelled);
+        return Ok(Cancel::Done(CancelOutcome::Cancelled));
     }
-    let found: Option<(i8, Option<i64>)> = sqlx::query_as(fixed(&sql::JOB_LEASE))
+    let found: Option<(i8, Option<i64>, i64)> = sqlx::query_as(fixed(&sql::JOB_LEASE))
         .bind(id.0)
         .fetch_optional(conn)
         .await?;
     Ok(match found {
-        Some((LEASED, Some(lease))) => CancelOutcome::Held(LeaseId(lease)),
-        _ => CancelOutcome::NotFound,
+        Some((LEASED, Some(lease), _)) => Cancel::Done(CancelOutcome::Held(LeaseId(lease))),
+        Some((PENDING, _, keyed)) if keyed != 0 => Cancel::Ordered,
+        _ => Cancel::Done(CancelOutcome::NotFound),
     })
 }
 

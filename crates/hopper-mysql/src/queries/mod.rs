@@ -15,12 +15,17 @@
 //!   names and queue statistics (counts exact or bounded, pause, lag, throughput);
 //! - `registry`: worker heartbeats, the live workers, and throughput buckets;
 //! - `unique`: the enqueue of jobs with unique keys, and the pruning of lapsed holds;
+//! - `ordering`: ordering keys, and the enqueue of batches with keys of either kind in one
+//!   transaction: jobs stored blocked behind their key, the next job let run
+//!   when one ends, re-drives and cancels under the key's lock, the pruning of key rows,
+//!   and what a lease says of its claim;
 //! - `rows`: job states, and jobs and job records decoded from rows.
 
 mod admin;
 mod enqueue;
 mod fetch;
 mod inspect;
+mod ordering;
 mod registry;
 mod renew;
 mod rows;
@@ -32,11 +37,12 @@ use hopper_core::Millis;
 pub(crate) use self::admin::{list, queue_names, queue_status, redrive, set_paused};
 pub(crate) use self::enqueue::{chunks, insert, new_rows};
 pub(crate) use self::fetch::{claim, levels, next_due, probe, reap};
-pub(crate) use self::inspect::{cancel, counts, dead_letters, job, max_id, purge};
+pub(crate) use self::inspect::{Cancel, cancel, counts, dead_letters, job, max_id, purge};
+pub(crate) use self::ordering::{cancel as cancel_ordered, enqueue_keyed, is_ordered, prune_lines};
 pub(crate) use self::registry::{Beat, buckets, deregister, heartbeat, workers};
 pub(crate) use self::renew::renew;
 pub(crate) use self::settle::settle;
-pub(crate) use self::unique::{PruneCursor, enqueue_keyed, prune_holds};
+pub(crate) use self::unique::{PruneCursor, prune_holds};
 
 /// A duration in milliseconds, saturating.
 pub(crate) fn millis(d: std::time::Duration) -> Millis {

@@ -1,13 +1,13 @@
 //! Job states as the table stores them, and jobs and job records decoded from rows.
 
 use hopper_core::admin::{AttemptError, ERROR_HISTORY, bounded_error};
-use hopper_core::job::{headers_for_record, headers_from_json};
+use hopper_core::job::{headers_for_record, headers_from_json, is_blocked, own_run_at};
 use hopper_core::{Job, JobId, JobRecord, JobState, LeaseId};
 use serde_json::Value;
 use sqlx::Row;
 use sqlx::mysql::MySqlRow;
 
-const PENDING: i8 = 0;
+pub(super) const PENDING: i8 = 0;
 pub(super) const LEASED: i8 = 1;
 pub(super) const COMPLETED: i8 = 2;
 pub(super) const DEAD: i8 = 3;
@@ -65,23 +65,41 @@ pub(super) fn state_from_code(code: i8) -> Result<JobState, sqlx::Error> {
 }
 
 /// Reads a job's columns (see [`job_from_row`]) followed by `state, lease_id, last_error,
-/// finished_at, errors, lease_expires, unique_key` (the record columns of `job_record.sql`;
-/// `lease_expires` is the listings' cursor, not part of the record).
+/// finished_at, errors, lease_expires, unique_key, ordering_key` (the record columns of
+/// `job_record.sql`; `lease_expires` is the listings' cursor, not part of the record).
+///
+/// A job waiting behind an earlier job of its ordering key shows its own time and
+/// `blocked`; [`stored_run_at`] gives back the time it is stored with.
 pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> {
     let state = state_from_code(row.try_get::<i8, _>(9)?)?;
     let lease = match (state, row.try_get::<Option<i64>, _>(10)?) {
         (JobState::Leased, Some(lease)) => LeaseId(lease),
         _ => LeaseId(0),
     };
+    let mut job = read_job(row, lease, false)?;
+    let blocked = state == JobState::Pending && is_blocked(job.run_at);
+    job.run_at = own_run_at(job.run_at);
+    let ordering_key: Option<Vec<u8>> = row.try_get(16)?;
     Ok(JobRecord {
-        job: read_job(row, lease, false)?,
+        job,
         state,
         last_error: row.try_get(11)?,
         errors: errors_from_json(row.try_get::<Option<String>, _>(13)?.as_deref()),
         started_at: None,
         finished_at: row.try_get(12)?,
         unique_key: row.try_get(15)?,
+        // Keys are the UTF-8 of a `String`; bytes another program wrote are shown lossily.
+        ordering_key: ordering_key.map(|k| String::from_utf8_lossy(&k).into_owned()),
+        blocked,
     })
+}
+
+/// The `run_at` a record's job is stored with: its own time, moved when it is blocked.
+pub(super) fn stored_run_at(record: &JobRecord) -> hopper_core::Millis {
+    match record.blocked {
+        true => hopper_core::job::ordering::blocked(record.job.run_at),
+        false => record.job.run_at,
+    }
 }
 
 /// An error history as `settle_update.sql` writes it, read leniently, as headers are

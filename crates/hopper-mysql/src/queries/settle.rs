@@ -1,5 +1,6 @@
 //! Settling, inside the caller's transaction: acks in one `DELETE`, every other outcome in
-//! one `UPDATE`, each applied only while its job is still held under the named lease.
+//! one `UPDATE`, each applied only while its job is still held under the named lease; and
+//! then, for jobs with ordering keys that ended, their keys' next jobs unblocked.
 
 use std::collections::{HashMap, HashSet};
 
@@ -9,9 +10,10 @@ use sqlx::Row;
 use sqlx::mysql::MySqlConnection;
 
 use super::millis;
+use super::ordering::{self, Line};
 use super::rows::LEASED;
 use crate::conn::restart;
-use crate::sql::{self, MAX_LIST, MAX_SETTLE_ROWS, padded};
+use crate::sql::{self, MAX_LIST, MAX_SETTLE_ROWS, padded, padded_tuples};
 
 /// `settle_update.sql`'s outcome codes.
 const RETRY: i8 = 1;
@@ -33,13 +35,19 @@ pub(crate) struct Settled {
 /// statement touched as many rows as it named, all applied. Otherwise (something was
 /// fenced, or a job is named twice) the transaction starts over, locks the named rows to
 /// learn which are still held under their lease, and applies exactly those.
+///
+/// Settlements under a lease whose claim took a job with an ordering key
+/// ([`ordering::is_ordered`]) go straight to the locking read, which also gives each job's
+/// key: the keys of the jobs that ended (acknowledged, dead-lettered, cancelled) then move
+/// on, in the same transaction ([`ordering::unblock`]).
 pub(crate) async fn settle(
     conn: &mut MySqlConnection,
     settlements: &[Settlement],
     now: Option<Millis>,
 ) -> Result<Settled, sqlx::Error> {
     let distinct: HashSet<JobId> = settlements.iter().map(|s| s.job).collect();
-    if distinct.len() == settlements.len() {
+    let ordered = settlements.iter().any(|s| ordering::is_ordered(s.lease));
+    if !ordered && distinct.len() == settlements.len() {
         let all: Vec<&Settlement> = settlements.iter().collect();
         if apply(conn, &all, now).await? == settlements.len() as u64 {
             return Ok(Settled {
@@ -55,6 +63,7 @@ pub(crate) async fn settle(
 
     let ids: Vec<i64> = distinct.iter().map(|id| id.0).collect();
     let mut held = HashMap::with_capacity(ids.len());
+    let mut lines: HashMap<i64, Line> = HashMap::new();
     for chunk in ids.chunks(MAX_LIST) {
         let size = padded(chunk.len());
         let text = sql::with_ids(&sql::SETTLE_LOCK, size);
@@ -68,6 +77,10 @@ pub(crate) async fn settle(
                 (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
             if let (LEASED, Some(lease)) = (state, lease) {
                 held.insert(id, lease);
+            }
+            if let Some(key) = row.try_get::<Option<Vec<u8>>, _>(4)? {
+                // `ascii_bin` reaches the client flagged binary (see `rows`).
+                lines.insert(id, (row.try_get_unchecked(3)?, key));
             }
         }
     }
@@ -83,15 +96,22 @@ pub(crate) async fn settle(
         }
     }
     apply(conn, &applied, now).await?;
+    let ended: Vec<Line> = applied
+        .iter()
+        .filter(|s| !requeues(&s.outcome))
+        .filter_map(|s| lines.remove(&s.job.0))
+        .collect();
+    let unblocked = ordering::unblock(conn, ended).await?;
     Ok(Settled {
         report: SettleReport {
             applied: applied.len(),
             fenced,
         },
-        requeued: applied.iter().any(|s| requeues(&s.outcome)),
+        requeued: unblocked || applied.iter().any(|s| requeues(&s.outcome)),
     })
 }
 
+/// Whether a settlement puts its job back in its queue: the others end it.
 fn requeues(outcome: &Outcome) -> bool {
     matches!(
         outcome,
@@ -111,7 +131,9 @@ async fn apply(
         .partition(|s| matches!(s.outcome, Outcome::Ack));
     let mut touched = 0;
     for chunk in acks.chunks(MAX_LIST) {
-        let size = padded(chunk.len());
+        // Two pairs at least: MariaDB reads a list of one as a row equality, which bounds
+        // no range in a `DELETE`, so one ack would read and lock the whole table.
+        let size = padded_tuples(chunk.len());
         let text = sql::with_pairs(&sql::SETTLE_ACK, size);
 
         let mut query = sqlx::query(&text);

@@ -6,7 +6,8 @@
 //! An enqueue with keys is one transaction, run again after a deadlock (see `broker`):
 //! 1. the jobs are inserted as any others, each with its key in its row for its record
 //!    (`enqueue_keyed.sql`), all but those whose key an earlier job of the batch carries
-//!    ([`earlier_with_key`]);
+//!    ([`earlier_with_key`]); jobs of the batch with ordering keys entered their keys'
+//!    lines before, and are stored blocked or not as that said (see `ordering`);
 //! 2. one `INSERT … ON DUPLICATE KEY UPDATE` takes every key no job holds and locks every
 //!    key one does, in (queue, key) order, so that racing producers queue up on a shared
 //!    key rather than deadlock; a producer that finds a key taken waits there until the
@@ -86,22 +87,28 @@ impl Hold {
 }
 
 /// Stores `jobs`, of which at least one has a unique key, inside the caller's transaction
-/// (see the module docs), at `now` or, for `None`, at the database clock read once. Says
-/// what became of each job, in order.
-pub(crate) async fn enqueue_keyed(
+/// (see the module docs), at `now` or, for `None`, at the database clock read once; each
+/// stored blocked behind its ordering key as `blocked` says, in order. Says what became of
+/// each job, in order.
+pub(crate) async fn enqueue_unique(
     conn: &mut MySqlConnection,
     jobs: &[NewJob],
+    blocked: &[bool],
     now: Option<Millis>,
     id_step: i64,
 ) -> Result<Vec<Enqueued>, sqlx::Error> {
     let now = clock(conn, now).await?;
     let earlier = earlier_with_key(jobs);
-    let firsts: Vec<&NewJob> = jobs
+    let firsts: Vec<(&NewJob, bool)> = jobs
         .iter()
         .zip(&earlier)
-        .filter_map(|(job, e)| e.is_none().then_some(job))
+        .zip(blocked)
+        .filter_map(|((job, e), &blocked)| e.is_none().then_some((job, blocked)))
         .collect();
-    let rows = new_rows(firsts.iter().copied(), Some(now));
+    let mut rows = new_rows(firsts.iter().map(|(job, _)| *job), Some(now));
+    for (row, (_, blocked)) in rows.iter_mut().zip(&firsts) {
+        row.blocked = *blocked;
+    }
     let mut ids = Vec::with_capacity(rows.len());
     for chunk in chunks(&rows) {
         ids.extend(insert_keyed(conn, chunk, Some(now), id_step).await?);
@@ -110,7 +117,7 @@ pub(crate) async fn enqueue_keyed(
     let mut takes: Vec<Take<'_>> = firsts
         .iter()
         .zip(&ids)
-        .filter_map(|(job, id)| {
+        .filter_map(|((job, _), id)| {
             let unique = job.unique.as_ref()?;
             Some(Take {
                 queue: &job.queue,

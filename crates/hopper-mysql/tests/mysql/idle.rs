@@ -97,11 +97,16 @@ async fn polling_a_queue_found_empty_is_one_statement() {
     assert_eq!(next_due, Some(now + 60_000));
 
     // The lease expires: the question sees it, and the claim returns the job and takes it
-    // again.
+    // again. The reaper's read of expired leases found one, which its UPDATE then returns:
+    // one statement more than a reaper that found none.
     tokio::time::advance(TTL + Duration::from_secs(1)).await;
-    let (asked, jobs, _) = counted_fetch(&broker, &user).await;
+    let (reaped, jobs, _) = counted_fetch(&broker, &user).await;
     assert_eq!(jobs, vec![(due.0, 2)], "the reaper returned the job");
-    assert_eq!(asked, probed_claim, "the same question and claim");
+    assert_eq!(
+        reaped,
+        probed_claim + 1,
+        "the same question and claim, and the UPDATE"
+    );
 
     // This broker's own enqueue wakes it: the fetch goes straight to the claim, one
     // statement less than a claim after the question.
@@ -109,7 +114,7 @@ async fn polling_a_queue_found_empty_is_one_statement() {
     tokio::time::advance(TTL + Duration::from_secs(1)).await;
     let (asked, jobs, _) = counted_fetch(&broker, &user).await;
     assert_eq!(jobs, vec![(due.0, 3), (own.0, 1)]);
-    assert_eq!(asked, probed_claim - 1, "no question after a wake-up");
+    assert_eq!(asked, reaped - 1, "no question after a wake-up");
 }
 
 /// Over several queues, the question is still one statement: it gives the earliest due time

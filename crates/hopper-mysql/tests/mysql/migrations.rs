@@ -13,7 +13,7 @@ use sqlx::{Connection, MySqlConnection};
 use super::support::{TempDatabase, admin, url_for};
 
 /// The crate's migrations, in order, to make a database as an earlier release left it.
-const MIGRATIONS: [&str; 7] = [
+const MIGRATIONS: [&str; 8] = [
     include_str!("../../migrations/0001_create_jobs.sql"),
     include_str!("../../migrations/0002_range_checks.sql"),
     include_str!("../../migrations/0003_errors_and_pauses.sql"),
@@ -21,11 +21,12 @@ const MIGRATIONS: [&str; 7] = [
     include_str!("../../migrations/0005_unique_keys.sql"),
     include_str!("../../migrations/0006_worker_schedules.sql"),
     include_str!("../../migrations/0007_record_unique_keys.sql"),
+    include_str!("../../migrations/0008_ordering_keys.sql"),
 ];
 
 /// Builds the schema of the first `version` migrations on `conn`, recorded as applied,
 /// for a test to fill before `migrate` brings it up from there.
-async fn database_at(conn: &mut MySqlConnection, version: usize) {
+pub(super) async fn database_at(conn: &mut MySqlConnection, version: usize) {
     for m in &MIGRATIONS[..version] {
         sqlx::raw_sql(m).execute(&mut *conn).await.unwrap();
     }
@@ -48,7 +49,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
     assert_eq!(
         err.to_string(),
         format!(
-            "broker error: the hopper schema in {url} is at version 0 but this build needs 7: \
+            "broker error: the hopper schema in {url} is at version 0 but this build needs 8: \
              run `hopper migrate --broker {url}`",
             url = db.url
         )
@@ -58,7 +59,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
 #[tokio::test]
 async fn migrating_twice_applies_nothing_the_second_time() {
     let db = TempDatabase::empty().await;
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 7);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 8);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     assert_eq!(broker.url(), db.url);
@@ -74,7 +75,7 @@ async fn concurrent_migrations_apply_each_version_once() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 7]);
+    assert_eq!(applied, [0, 8]);
 }
 
 #[tokio::test]
@@ -88,7 +89,7 @@ async fn a_schema_newer_than_this_build_is_refused() {
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema in {} is at version 99, newer than this build (7): upgrade hopper",
+            "the hopper schema in {} is at version 99, newer than this build (8): upgrade hopper",
             db.url
         )),
         "{err}"
@@ -171,8 +172,8 @@ async fn a_database_of_version_2_keeps_its_jobs() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 2 but this build needs 7"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
+    assert!(err.contains("at version 2 but this build needs 8"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -235,7 +236,7 @@ async fn a_database_of_version_2_keeps_its_jobs() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let _ = conn.close().await;
 }
@@ -260,8 +261,8 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 3 but this build needs 7"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
+    assert!(err.contains("at version 3 but this build needs 8"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -313,7 +314,7 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -342,8 +343,8 @@ async fn a_database_of_version_4_gains_unique_keys() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 4 but this build needs 7"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
+    assert!(err.contains("at version 4 but this build needs 8"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -364,7 +365,7 @@ async fn a_database_of_version_4_gains_unique_keys() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
     let kept = broker.enqueue_reported(keyed()).await.unwrap();
@@ -394,8 +395,8 @@ async fn a_database_of_version_5_gains_worker_schedules() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 5 but this build needs 7"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert!(err.contains("at version 5 but this build needs 8"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -441,7 +442,7 @@ async fn a_database_of_version_5_gains_worker_schedules() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
     assert_eq!(schedules(broker.workers().await.unwrap()), reported, "kept");
@@ -449,14 +450,14 @@ async fn a_database_of_version_5_gains_worker_schedules() {
     let _ = conn.close().await;
 }
 
-/// A database at version 6, as the previous release left it, holding a job that took a
-/// unique key then: migrating adds the column of records' keys, NULL for that job, whose
-/// record shows no key while its hold still stands; jobs enqueued after with a key show it,
-/// looked up and listed either way, and a job without one that shared their batch shows
-/// none. A run that stopped before recording version 7 finds the column there, keeps what
-/// it holds, and counts it as applied.
+/// A database at version 6, holding a job that took a unique key then: migrating adds the
+/// column of records' keys, NULL for that job, whose record shows no key while its hold
+/// still stands; jobs enqueued after with a key show it, looked up and listed either way,
+/// and a job without one that shared their batch shows none. A run that stopped before
+/// recording version 7 finds the column there, keeps what it holds, and counts it as
+/// applied.
 #[tokio::test]
-async fn a_database_of_the_previous_version_gains_the_keys_of_records() {
+async fn a_database_of_version_6_gains_the_keys_of_records() {
     let db = TempDatabase::empty().await;
     let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
     database_at(&mut conn, 6).await;
@@ -470,8 +471,8 @@ async fn a_database_of_the_previous_version_gains_the_keys_of_records() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 6 but this build needs 7"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert!(err.contains("at version 6 but this build needs 8"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -516,11 +517,11 @@ async fn a_database_of_the_previous_version_gains_the_keys_of_records() {
     assert_eq!(listed_keys(true).await, listed);
     broker.close().await;
 
-    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version = 7")
+    sqlx::raw_sql("DELETE FROM hopper_migrations WHERE version >= 7")
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
     let kept = broker.job(stored[0].id).await.unwrap().unwrap();

@@ -21,6 +21,8 @@ pub(super) fn statement(file: &str) -> String {
             "{error_history}",
             &hopper_core::admin::ERROR_HISTORY.to_string(),
         )
+        .replace("{blocked}", &hopper_core::job::BLOCKED.to_string())
+        .replace("{max_run_at}", &hopper_core::job::MAX_RUN_AT.to_string())
 }
 
 /// A parameter of a statement whose plan is read.
@@ -142,7 +144,7 @@ async fn hot_statements_use_their_indexes_and_claims_never_sort() {
     }
 
     let ints = |binds: &[Option<i64>]| binds.iter().map(|&b| I(b)).collect::<Vec<_>>();
-    let checks: [(&str, Vec<Arg>, &str); 6] = [
+    let checks: [(&str, Vec<Arg>, &str); 7] = [
         (
             include_str!("../../sql/next_due.sql"),
             vec![Q, I(now)],
@@ -154,9 +156,14 @@ async fn hot_statements_use_their_indexes_and_claims_never_sort() {
             "hopper_jobs_due",
         ),
         (
-            include_str!("../../sql/reap.sql"),
-            ints(&[now, now, now]),
+            include_str!("../../sql/reap_expired.sql"),
+            ints(&[now]),
             "hopper_jobs_lease_expires",
+        ),
+        (
+            include_str!("../../sql/reap.sql"),
+            ints(&[now, now, Some(1), Some(2), Some(3), Some(0)]),
+            "PRIMARY",
         ),
         (
             include_str!("../../sql/renew.sql"),

@@ -71,7 +71,7 @@ impl TempDatabase {
     /// A new database, migrated.
     pub async fn migrated() -> TempDatabase {
         let db = TempDatabase::empty().await;
-        assert_eq!(hopper_mysql::migrate(&db.url).await.expect("migrate"), 7);
+        assert_eq!(hopper_mysql::migrate(&db.url).await.expect("migrate"), 8);
         db
     }
 
@@ -158,11 +158,21 @@ impl CountedUser {
 
     /// The statements this user has run, as the server counts them.
     pub async fn statements(&self) -> i64 {
+        self.statistic("SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS")
+            .await
+    }
+
+    /// The rows this user's statements have read, as the server counts them.
+    pub async fn rows_read(&self) -> i64 {
+        self.statistic("ROWS_READ").await
+    }
+
+    async fn statistic(&self, expression: &str) -> i64 {
         let mut conn = MySqlConnection::connect(&server_url()).await.unwrap();
-        let n: Option<i64> = sqlx::query_scalar(
-            "SELECT CAST(SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS AS SIGNED) \
-             FROM information_schema.USER_STATISTICS WHERE USER = ?",
-        )
+        let n: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT CAST({expression} AS SIGNED) \
+             FROM information_schema.USER_STATISTICS WHERE USER = ?"
+        ))
         .bind(&self.name)
         .fetch_optional(&mut conn)
         .await

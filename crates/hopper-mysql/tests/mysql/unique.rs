@@ -19,8 +19,8 @@ const TTL: Duration = Duration::from_secs(30);
 
 /// Everything a producer and a worker do with jobs that have no key (enqueues of one
 /// statement and of a chunked transaction, claims with the reaper, every settlement,
-/// cancels, purges) works for a user the server refuses `hopper_unique` to: none of it
-/// touches the table. An enqueue without keys is still its one `INSERT`, as the server
+/// cancels, purges) works for a user the server refuses `hopper_unique` (and
+/// `hopper_ordering`) to: none of it touches the tables. An enqueue without keys is still its one `INSERT`, as the server
 /// counts it. The first job with a key is refused, and leaves nothing stored.
 #[tokio::test]
 async fn jobs_without_keys_never_touch_the_unique_table() {

@@ -26,7 +26,8 @@ impl PgBroker {
     pub(super) async fn retry_dead_letters(&self, which: &Selection) -> Result<u64> {
         let (ids, queue, at_most) = chosen(which);
         let mut held = self.inner.conns.get().await?;
-        let (n, _woke): (i64, Option<bool>) = sqlx::query_as(&self.inner.sql.retry_dead)
+        type Redriven = (i64, Option<bool>, Option<Vec<String>>, Option<Vec<String>>);
+        let (n, _woke, queues, keys): Redriven = sqlx::query_as(&self.inner.sql.retry_dead)
             .bind(&ids)
             .bind(queue)
             .bind(at_most)
@@ -35,6 +36,11 @@ impl PgBroker {
             .fetch_one(held.conn())
             .await
             .map_err(|e| held.fail("retrying dead letters", e))?;
+        if let (Some(queues), Some(keys)) = (queues, keys) {
+            // Keyed jobs went back blocked: each runs once its key is free.
+            let lines = queues.into_iter().zip(keys).collect();
+            self.unblock(held.conn(), lines).await?;
+        }
         if n > 0 {
             self.bump();
         }

@@ -3,7 +3,9 @@
 //!
 //! A batch without unique keys is one insert (enqueue.sql) that never reads the table of
 //! keys. A batch with keys takes enqueue_unique.sql, still one statement: it takes each
-//! key or finds its holder, and stores only the jobs that took theirs (or have none).
+//! key or finds its holder, and stores only the jobs that took theirs (or have none). A
+//! batch with ordering keys takes enqueue_ordered.sql, one statement too (see
+//! `ordering`).
 
 use hopper_core::job::earlier_with_key;
 use hopper_core::{Broker, CheckedJobs, Enqueued, JobId, Millis, NewJob, Result, UniqueScope};
@@ -78,7 +80,8 @@ impl PgBroker {
                         ended = true;
                         continue;
                     }
-                    if batch.keys.is_some() && races < RACE_RETRIES && lost_a_race(&e) {
+                    let locks = batch.keys.is_some() || batch.ordering.is_some();
+                    if locks && races < RACE_RETRIES && lost_a_race(&e) {
                         races += 1;
                         continue;
                     }
@@ -88,12 +91,14 @@ impl PgBroker {
         }
     }
 
-    /// Sends `batch` in one statement: enqueue.sql when no job has a key, else
-    /// enqueue_unique.sql. Says what became of each job, in input order.
+    /// Sends `batch` in one statement: enqueue.sql when no job has a key,
+    /// enqueue_unique.sql for unique keys, enqueue_ordered.sql for ordering keys. Says
+    /// what became of each job, in input order.
     async fn send(&self, conn: &mut PgConnection, batch: &Batch) -> sqlx::Result<Vec<Enqueued>> {
-        let sql = match batch.keys {
-            None => &self.inner.sql.enqueue,
-            Some(_) => &self.inner.sql.enqueue_unique,
+        let sql = match (&batch.keys, &batch.ordering) {
+            (Some(_), _) => &self.inner.sql.enqueue_unique,
+            (None, Some(_)) => &self.inner.sql.enqueue_ordered,
+            (None, None) => &self.inner.sql.enqueue,
         };
         let a = &batch.arrays;
         let mut query = sqlx::query(sql)
@@ -104,8 +109,11 @@ impl PgBroker {
             .bind(&a.delay_ms)
             .bind(&a.max_attempts)
             .bind(&a.headers)
-            .bind(batch.now)
-            .bind(&self.inner.channel);
+            .bind(batch.now);
+        query = match &batch.ordering {
+            Some(keys) => query.bind(keys).bind(&self.inner.channel),
+            None => query.bind(&self.inner.channel),
+        };
         if let Some(keys) = &batch.keys {
             query = query
                 .bind(&keys.keys)
@@ -145,6 +153,9 @@ struct Batch {
     /// its run times, creation times and the ends of its keys' periods alike.
     now: Option<Millis>,
     keys: Option<Keys>,
+    /// Each job's ordering key, when any job has one (never beside unique keys: the
+    /// batch was refused).
+    ordering: Option<Vec<Option<String>>>,
 }
 
 /// The keys of a batch in which some job has one. Only the first job of each queue and key
@@ -167,8 +178,13 @@ impl Batch {
             periods: Vec::with_capacity(jobs.len()),
             earlier: earlier_with_key(&jobs),
         });
+        let ordered = jobs.iter().any(|j| j.ordering_key.is_some());
+        let mut ordering = ordered.then(|| Vec::with_capacity(jobs.len()));
         let mut a = EnqueueArrays::with_capacity(jobs.len());
         for (i, mut job) in jobs.into_iter().enumerate() {
+            if let Some(o) = &mut ordering {
+                o.push(job.ordering_key.take());
+            }
             if let Some(k) = &mut keys {
                 if k.earlier[i].is_some() {
                     continue;
@@ -188,6 +204,7 @@ impl Batch {
             arrays: a,
             now,
             keys,
+            ordering,
         }
     }
 }

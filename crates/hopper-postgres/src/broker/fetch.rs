@@ -36,7 +36,7 @@ impl PgBroker {
         let ttl = request.lease_ttl.as_millis() as i64;
         // The claim statement carries the reaper when it is due (see claim.sql).
         let reap = self.inner.reap_pace.due(now_hint);
-        let (mut jobs, mut next_due, reaped, mut unreadable) = claim(
+        let (mut jobs, mut next_due, reaped, mut unreadable, lines) = claim(
             &self.inner.sql.claim,
             &mut held,
             &queues,
@@ -60,7 +60,7 @@ impl PgBroker {
                         (n - jobs.iter().filter(|j| &j.queue == q).count() as i32).max(0)
                     })
                     .collect();
-                let (more, due, _, more_unreadable) = claim(
+                let (more, due, _, more_unreadable, _) = claim(
                     &self.inner.sql.claim,
                     &mut held,
                     &queues,
@@ -75,6 +75,10 @@ impl PgBroker {
                 unreadable.extend(more_unreadable);
                 next_due = due;
             }
+        }
+        if !lines.is_empty() {
+            // The reaper dead-lettered keyed jobs: their keys' next jobs may go.
+            self.unblock(held.conn(), lines).await?;
         }
         drop(held);
         if !unreadable.is_empty() {
@@ -116,9 +120,20 @@ struct Unreadable {
     reason: String,
 }
 
+/// The result of one claim.sql: the jobs claimed, the next due time, whether the reaper
+/// returned jobs to pending, the claimed rows that cannot be read as jobs, and the queue
+/// and ordering key of each keyed job the reaper dead-lettered.
+type Claimed = (
+    Vec<Job>,
+    Option<Millis>,
+    bool,
+    Vec<Unreadable>,
+    Vec<(String, String)>,
+);
+
 /// Runs claim.sql once: the jobs claimed under `lease`, the next due time when fewer than
-/// asked were claimed, whether the reaper (run when `reap`) returned jobs to pending, and
-/// the claimed rows that cannot be read as jobs.
+/// asked were claimed, whether the reaper (run when `reap`) returned jobs to pending, the
+/// claimed rows that cannot be read as jobs, and the keys the reaper moved on.
 #[allow(clippy::too_many_arguments)]
 async fn claim(
     sql: &str,
@@ -129,7 +144,7 @@ async fn claim(
     lease: LeaseId,
     ttl_ms: i64,
     reap: bool,
-) -> Result<(Vec<Job>, Option<Millis>, bool, Vec<Unreadable>)> {
+) -> Result<Claimed> {
     let asked: i64 = limits.iter().map(|&n| i64::from(n)).sum();
     let rows = sqlx::query(sql)
         .bind(queues)
@@ -149,9 +164,11 @@ async fn claim(
             return Err(Error::broker("claiming jobs", e));
         }
     };
-    // Kind 0 is a claimed job, 1 the next due time, 2 how many jobs the reaper returned.
+    // Kind 0 is a claimed job, 1 the next due time, 2 how many jobs the reaper returned,
+    // 3 a key whose job the reaper dead-lettered.
     let mut jobs = Vec::with_capacity(rows.len());
     let (mut next_due, mut reaped, mut unreadable) = (None, false, Vec::new());
+    let mut lines = Vec::new();
     for row in &rows {
         let kind: i16 = row.try_get(9).map_err(db_err("decoding claimed jobs"))?;
         let extra: Option<i64> = row.try_get(10).map_err(db_err("decoding claimed jobs"))?;
@@ -170,8 +187,12 @@ async fn claim(
                 }),
             },
             1 => next_due = extra,
-            _ => reaped = true,
+            2 => reaped = true,
+            _ => lines.push((
+                row.try_get(1).map_err(db_err("decoding claimed jobs"))?,
+                row.try_get(11).map_err(db_err("decoding claimed jobs"))?,
+            )),
         }
     }
-    Ok((jobs, next_due, reaped, unreadable))
+    Ok((jobs, next_due, reaped, unreadable, lines))
 }

@@ -10,13 +10,17 @@ impl PgBroker {
     /// [`Broker::cancel`](hopper_core::Broker::cancel).
     pub(super) async fn cancel_job(&self, id: JobId) -> Result<CancelOutcome> {
         let mut held = self.inner.conns.get().await?;
-        let cancelled: Option<i64> = sqlx::query_scalar(&self.inner.sql.cancel)
-            .bind(id.0)
-            .bind(self.now())
-            .fetch_optional(held.conn())
-            .await
-            .map_err(|e| held.fail("cancelling a job", e))?;
-        if cancelled.is_some() {
+        let cancelled: Option<(i64, Option<String>, Option<String>)> =
+            sqlx::query_as(&self.inner.sql.cancel)
+                .bind(id.0)
+                .bind(self.now())
+                .fetch_optional(held.conn())
+                .await
+                .map_err(|e| held.fail("cancelling a job", e))?;
+        if let Some((_, queue, key)) = cancelled {
+            if let (Some(queue), Some(key)) = (queue, key) {
+                self.unblock(held.conn(), vec![(queue, key)]).await?;
+            }
             return Ok(CancelOutcome::Cancelled);
         }
         let row: Option<(i16, Option<i64>)> = sqlx::query_as(&self.inner.sql.job_lease)

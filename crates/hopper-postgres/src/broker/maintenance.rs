@@ -174,6 +174,14 @@ impl PgBroker {
                 Ok(deleted) => tracing::debug!(deleted, "pruned unique keys"),
                 Err(e) => tracing::warn!(error = %e, "pruning unique keys failed; enqueues go on"),
             }
+            match broker
+                .answered("sweeping ordering keys", broker.unblock_stuck())
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(n, "unblocked the next jobs of keys left blocked"),
+                Err(e) => tracing::warn!(error = %e, "sweeping ordering keys failed"),
+            }
             broker
                 .inner
                 .key_prune

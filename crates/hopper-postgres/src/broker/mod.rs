@@ -23,6 +23,7 @@ mod fetch;
 mod inspect;
 mod listing;
 mod maintenance;
+mod ordering;
 mod registry;
 mod renew;
 mod rows;
@@ -160,6 +161,7 @@ impl Broker for PgBroker {
         Capabilities::leased_sql("postgres")
             .with_admin(AdminCalls::RECORDS)
             .with_unique()
+            .with_ordered()
     }
 
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {

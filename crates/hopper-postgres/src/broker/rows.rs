@@ -1,7 +1,7 @@
 //! Jobs and job records, decoded from the rows of the statements that return them.
 
 use hopper_core::admin::{AttemptError, bounded_error};
-use hopper_core::job::{headers_for_record, headers_from_json};
+use hopper_core::job::{headers_for_record, headers_from_json, is_blocked, own_run_at};
 use hopper_core::{Job, JobId, JobRecord, JobState, LeaseId};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -29,7 +29,7 @@ fn read_job(row: &PgRow, lease: LeaseId, strict: bool) -> Result<Job, sqlx::Erro
         queue: row.try_get(1)?,
         payload: row.try_get(2)?,
         priority: row.try_get(3)?,
-        run_at: row.try_get(4)?,
+        run_at: own_run_at(row.try_get(4)?),
         attempt: row.try_get::<i32, _>(5)?.max(0) as u32,
         max_attempts: row.try_get::<i32, _>(6)?.max(1) as u32,
         headers,
@@ -39,7 +39,8 @@ fn read_job(row: &PgRow, lease: LeaseId, strict: bool) -> Result<Job, sqlx::Erro
 }
 
 /// Decodes a job record from the columns of job_record.sql: the job's, then state,
-/// lease_id, last_error, errors, started_at, finished_at and unique_key. Listings select
+/// lease_id, last_error, errors, started_at, finished_at, unique_key and ordering_key.
+/// A blocked job ([`hopper_core::job::ordering`]) shows its own `run_at`. Listings select
 /// the same columns first, so one decoder serves every statement that shows records.
 pub(super) fn record_from_row(row: &PgRow) -> Result<JobRecord, sqlx::Error> {
     let state: i16 = row.try_get(9)?;
@@ -55,6 +56,7 @@ pub(super) fn record_from_row(row: &PgRow) -> Result<JobRecord, sqlx::Error> {
         JobState::Leased => LeaseId(lease.unwrap_or(0)),
         _ => LeaseId(0),
     };
+    let blocked = state == JobState::Pending && is_blocked(row.try_get(4)?);
     Ok(JobRecord {
         job: read_job(row, lease, false)?,
         state,
@@ -63,6 +65,8 @@ pub(super) fn record_from_row(row: &PgRow) -> Result<JobRecord, sqlx::Error> {
         started_at: row.try_get(13)?,
         finished_at: row.try_get(14)?,
         unique_key: row.try_get(15)?,
+        ordering_key: row.try_get(16)?,
+        blocked,
     })
 }
 

@@ -44,26 +44,39 @@ impl PgBroker {
             &self.inner.claims
         };
         let mut held = pool.get().await?;
-        let applied: Vec<i64> = match sqlx::query_scalar(&self.inner.sql.settle)
-            .bind(&ids)
-            .bind(&leases)
-            .bind(&kinds)
-            .bind(&delays)
-            .bind(&errors)
-            .bind(self.now())
-            .bind(self.inner.options.keep_completed.is_some())
-            .bind(&cut_ids)
-            .bind(&cuts)
-            .bind(ERROR_HISTORY as i32)
-            .fetch_all(held.conn())
-            .await
-        {
-            Ok(v) => v,
-            Err(e) => {
-                held.check(&e);
-                return Err(Error::broker("settling jobs", e));
+        let rows: Vec<(i64, Option<String>, Option<String>)> =
+            match sqlx::query_as(&self.inner.sql.settle)
+                .bind(&ids)
+                .bind(&leases)
+                .bind(&kinds)
+                .bind(&delays)
+                .bind(&errors)
+                .bind(self.now())
+                .bind(self.inner.options.keep_completed.is_some())
+                .bind(&cut_ids)
+                .bind(&cuts)
+                .bind(ERROR_HISTORY as i32)
+                .fetch_all(held.conn())
+                .await
+            {
+                Ok(v) => v,
+                Err(e) => {
+                    held.check(&e);
+                    return Err(Error::broker("settling jobs", e));
+                }
+            };
+        let mut applied = Vec::with_capacity(rows.len());
+        let mut ended = Vec::new();
+        for (id, queue, key) in rows {
+            applied.push(id);
+            if let (Some(queue), Some(key)) = (queue, key) {
+                ended.push((queue, key));
             }
-        };
+        }
+        if !ended.is_empty() {
+            // Keyed jobs ended: their keys' next jobs may go (see `ordering`).
+            self.unblock(held.conn(), ended).await?;
+        }
         drop(held);
         if requeues {
             self.bump();

@@ -53,6 +53,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0007_unique_keys.sql"),
     include_str!("../../migrations/0008_worker_schedules.sql"),
     include_str!("../../migrations/0009_job_unique_keys.sql"),
+    include_str!("../../migrations/0010_ordering_keys.sql"),
 ];
 
 /// A schema of its own migrated to `version` only, as the release that shipped that

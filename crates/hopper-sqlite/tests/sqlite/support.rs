@@ -184,7 +184,7 @@ pub async fn worker_target() -> hopper_testkit::worker_cases::Target {
 }
 
 /// The crate's migrations, in order, to make a file as an earlier release left it.
-const MIGRATIONS: [&str; 8] = [
+const MIGRATIONS: [&str; 9] = [
     include_str!("../../migrations/0001_create_jobs.sql"),
     include_str!("../../migrations/0002_one_lease_index.sql"),
     include_str!("../../migrations/0003_range_checks.sql"),
@@ -193,6 +193,7 @@ const MIGRATIONS: [&str; 8] = [
     include_str!("../../migrations/0006_unique_keys.sql"),
     include_str!("../../migrations/0007_worker_schedules.sql"),
     include_str!("../../migrations/0008_job_unique_key.sql"),
+    include_str!("../../migrations/0009_ordering_keys.sql"),
 ];
 
 /// A connection to `db`, its schema built by the first `version` migrations and marked

@@ -1,8 +1,9 @@
 //! The cases. Each takes a fresh, empty broker built on
 //! [`Clock::tokio`](hopper_core::Clock::tokio) and panics with a message naming what
-//! differed. All but [`concurrent_claimers`] and [`unique_keys_racing_producers`] expect a
-//! current-thread runtime whose clock is paused (`#[tokio::test(start_paused = true)]`),
-//! since they move time with `tokio::time::advance`; those two expect a multi-thread
+//! differed. All but [`concurrent_claimers`], [`unique_keys_racing_producers`] and
+//! [`ordered_keys_racing_claimers`] expect a current-thread runtime whose clock is paused
+//! (`#[tokio::test(start_paused = true)]`), since they move time with
+//! `tokio::time::advance`; those three expect a multi-thread
 //! runtime in real time. [`broker_suite!`](crate::broker_suite) sets both up.
 //!
 //! The cases live in files by area and are re-exported here, so each is
@@ -14,13 +15,15 @@
 //! - `inspect`: cancelling and purging;
 //! - `admin`: listings by cursor, error histories, re-drives, pauses, statistics;
 //! - `registry`: live workers and throughput buckets;
-//! - `unique`: unique keys, under racing producers too, and snoozing.
+//! - `unique`: unique keys, under racing producers too, and snoozing;
+//! - `ordering`: ordering keys, under racing producers and claimers too.
 
 mod admin;
 mod enqueue;
 mod fetch;
 mod inspect;
 mod leases;
+mod ordering;
 mod registry;
 mod settle;
 mod unique;
@@ -39,6 +42,7 @@ pub use fetch::{
 };
 pub use inspect::{cancel, purge_removes_every_state};
 pub use leases::{expiry_on_final_attempt, lease_expiry_and_fencing, lease_renewal};
+pub use ordering::{ordered_keys, ordered_keys_racing_claimers};
 pub use registry::workers_and_throughput;
 pub use settle::{
     dead_letters, payloads_survive_every_return, release_is_attempt_neutral, retry_counts_attempts,

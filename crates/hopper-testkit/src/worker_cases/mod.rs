@@ -21,12 +21,14 @@
 
 mod batch;
 mod control;
+mod ordering;
 mod periodic;
 mod run;
 mod stop;
 
 pub use batch::batch_sizes;
 pub use control::{cancel_before_start, pause_and_resume, worker_listed_while_running};
+pub use ordering::ordered_keys_run_in_order;
 pub use periodic::periodic_slots_enqueued_once;
 pub use run::{
     dead_letter_after_max_attempts, enqueue_run_ack, retry_backoff_then_success,

@@ -62,6 +62,13 @@ fn job_body(app: &App, r: &JobRecord) -> Markup {
                 @if let Some(at) = r.started_at { dt { "last started" } dd { (time(at)) } }
                 @if let Some(at) = r.finished_at { dt { "finished" } dd { (time(at)) } }
                 @if let Some(key) = &r.unique_key { dt { "unique key" } dd #unique-key { code { (key) } } }
+                @if let Some(key) = &r.ordering_key {
+                    dt { "ordering key" }
+                    dd #ordering-key {
+                        code { (key) }
+                        @if r.blocked { " — waits for an earlier job of this key" }
+                    }
+                }
             }
         }
         h2 { "Payload" }

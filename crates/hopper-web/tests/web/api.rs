@@ -158,6 +158,29 @@ async fn reads_answer_what_the_broker_holds() {
         .await
         .json();
     assert_eq!(keyed["unique_key"], "weekly");
+    let ordered: Vec<_> = ["first", "second"]
+        .map(|n| hopper::NewJob::new("reports", n.as_bytes().to_vec()).ordering_key("acct-9"))
+        .into();
+    let ordered = broker.enqueue(ordered).await.unwrap();
+    let first = get(&server, &format!("/api/jobs/{}", ordered[0].0), &[])
+        .await
+        .json();
+    let second = get(&server, &format!("/api/jobs/{}", ordered[1].0), &[])
+        .await
+        .json();
+    assert_eq!(
+        (
+            &first["ordering_key"],
+            &first["blocked"],
+            &second["blocked"]
+        ),
+        (
+            &serde_json::json!("acct-9"),
+            &serde_json::json!(false),
+            &serde_json::json!(true)
+        ),
+        "the second job of the key waits for the first"
+    );
     assert_eq!(
         get(&server, "/api/workers", &[]).await.json(),
         serde_json::json!([])

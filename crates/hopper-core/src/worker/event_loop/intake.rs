@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use smallvec::SmallVec;
 use tokio::sync::watch;
@@ -17,7 +17,6 @@ use super::queue::{QueueState, queue_stats};
 use super::{Event, EventLoop};
 use crate::broker::{Budget, Capabilities, FetchRequest, Fetched, Outcome};
 use crate::error::Result;
-use crate::job::to_millis;
 use crate::prefetch::{AutoSizer, Prefetch};
 use crate::worker::stats::{WorkerStats, push_size};
 use crate::worker::{IN_PROCESS_HANDOFFS, MAX_FETCHES_IN_FLIGHT};
@@ -450,7 +449,9 @@ impl EventLoop {
             }
         }
         if let Some(due) = fetched.next_due {
-            let wait = (due - to_millis(SystemTime::now())).clamp(0, i64::MAX) as u64;
+            // On the worker's clock, the broker's (a paused test clock compared with the
+            // system's would read every due time as past, and fetch without end).
+            let wait = (due - self.cfg.clock.now_millis()).clamp(0, i64::MAX) as u64;
             let wait = Duration::from_millis(wait).min(self.cfg.poll_interval);
             let at = now + wait;
             self.intake.next_due = Some(self.intake.next_due.map_or(at, |d| d.min(at)));

@@ -1,8 +1,14 @@
 //! [`MySqlBroker`]: the [`Broker`] over MySQL 8 or MariaDB 10.6+.
+//!
+//! The fetch is in `fetch`; the deletion of lapsed unique holds and of the rows of ordering
+//! keys without jobs, which heartbeats run, in `upkeep`.
 
-use std::collections::{BTreeMap, HashSet};
+mod fetch;
+mod upkeep;
+
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -28,10 +34,11 @@ use crate::url::BrokerUrl;
 /// How often, at most, one broker returns jobs of expired leases to their queues.
 const REAP_EVERY_MS: Millis = 1000;
 
-/// How many deadlocks an enqueue of jobs with unique keys runs again after. Producers lock
-/// the keys they share in one order, so a deadlock is rare (InnoDB's locks on the gaps it
-/// checks for duplicates); the one that loses runs again and then waits its turn behind
-/// the winner.
+/// How many deadlocks a transaction that locks unique or ordering keys runs again after: an
+/// enqueue of jobs with keys, a re-drive, and settlements, cancels and fetches that end jobs
+/// with ordering keys. They lock the keys they share in one order, after the jobs they
+/// end, so a deadlock is rare (InnoDB's locks on the gaps it checks for duplicates); the
+/// one that loses runs again and then waits its turn behind the winner.
 const KEYED_DEADLOCKS: u32 = 8;
 
 /// The MySQL / MariaDB broker. Cheap to clone: clones share connections and wake-ups.
@@ -63,6 +70,8 @@ struct Inner {
     prune_pace: Pace,
     /// Where the walk over unique holds that deletes the lapsed ones goes on from.
     prune_cursor: Mutex<queries::PruneCursor>,
+    /// Where the walk over ordering keys that deletes the rows of idle ones goes on from.
+    lines_cursor: Mutex<queries::PruneCursor>,
     /// Whether the server accepts every budget of a fetch in one UNION ALL statement.
     union_claims: AtomicBool,
     /// The queues whose last claim here came back short. Their next claim first looks up
@@ -157,6 +166,7 @@ impl MySqlBroker {
                 reap_pace: Pace::new(REAP_EVERY_MS),
                 prune_pace: Pace::new(60_000),
                 prune_cursor: Mutex::new(queries::PruneCursor::default()),
+                lines_cursor: Mutex::new(queries::PruneCursor::default()),
                 union_claims: AtomicBool::new(true),
                 by_levels: Mutex::new(HashSet::new()),
                 quiet_since: AtomicU64::new(0),
@@ -198,7 +208,7 @@ impl MySqlBroker {
         self.inner.reap_pace.due(now)
     }
 
-    /// Stores a batch in which some job has a unique key, in one transaction
+    /// Stores a batch in which some job has a unique or an ordering key, in one transaction
     /// (`queries::enqueue_keyed`).
     async fn enqueue_keyed(&self, jobs: &[NewJob], now: Option<Millis>) -> Result<Vec<Enqueued>> {
         let step = self.inner.id_step;
@@ -214,33 +224,6 @@ impl MySqlBroker {
         Ok(done)
     }
 
-    /// Deletes unique holds that lapsed, going on from where the last prune stopped. A
-    /// failure is logged, not reported: the heartbeat that asked has been recorded.
-    async fn prune_holds(&self, now: Option<Millis>) {
-        let cursor = self
-            .inner
-            .prune_cursor
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        let pruned = run!(
-            &self.inner.conns,
-            "deleting lapsed unique keys",
-            Repeat::Safe,
-            |conn| { queries::prune_holds(conn, cursor.clone(), now) }
-        );
-        match pruned {
-            Ok((cursor, _)) => {
-                *self
-                    .inner
-                    .prune_cursor
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = cursor;
-            }
-            Err(e) => tracing::warn!(url = %self.url(), error = %e, "pruning unique keys"),
-        }
-    }
-
     /// A queue's statistics, its counts exact (`None`) or bounded.
     async fn queue_status(&self, queue: &str, bound: Option<u64>) -> Result<QueueStatus> {
         let now = self.now();
@@ -253,23 +236,13 @@ impl MySqlBroker {
     }
 }
 
-/// The budgets of a request with each queue once (limits of a repeated queue add up) and
-/// empty budgets left out.
-fn merge_budgets(request: &FetchRequest) -> Vec<(&str, usize)> {
-    let mut merged: BTreeMap<&str, usize> = BTreeMap::new();
-    for budget in request.budgets.iter().filter(|b| b.limit > 0) {
-        let limit = merged.entry(budget.queue.as_str()).or_default();
-        *limit = limit.saturating_add(budget.limit);
-    }
-    merged.into_iter().collect()
-}
-
 #[async_trait]
 impl Broker for MySqlBroker {
     fn capabilities(&self) -> Capabilities {
         Capabilities::leased_sql("mysql")
             .with_admin(AdminCalls::RECORDS)
             .with_unique()
+            .with_ordered()
     }
 
     fn limits(&self) -> hopper_core::Limits {
@@ -281,10 +254,13 @@ impl Broker for MySqlBroker {
             return Ok(Vec::new());
         }
         let now = self.now();
-        if jobs.iter().any(|job| job.unique.is_some()) {
+        if jobs
+            .iter()
+            .any(|job| job.unique.is_some() || job.ordering_key.is_some())
+        {
             return self.enqueue_keyed(&jobs, now).await;
         }
-        // No keys: nothing of `hopper_unique` is read or written.
+        // No keys: nothing of `hopper_unique` or `hopper_ordering` is read or written.
         let rows = queries::new_rows(jobs.iter(), now);
         let chunks = queries::chunks(&rows);
         let step = self.inner.id_step;
@@ -309,96 +285,7 @@ impl Broker for MySqlBroker {
     }
 
     async fn fetch(&self, request: FetchRequest) -> Result<Fetched> {
-        let lease = LeaseId::random();
-        let budgets = merge_budgets(&request);
-        if budgets.is_empty() {
-            return Ok(Fetched {
-                lease,
-                jobs: Vec::new(),
-                next_due: None,
-            });
-        }
-        let now = self.now();
-        let ttl = millis(request.lease_ttl);
-        let reap = self.reap_due(now);
-        let union = &self.inner.union_claims;
-        let by_levels: Vec<bool> = {
-            let set = self.by_levels();
-            budgets.iter().map(|(q, _)| set.contains(*q)).collect()
-        };
-        // A worker waiting on empty queues polls: then one statement, outside a
-        // transaction, says whether the claim's transaction (four or five statements on
-        // empty queues) would find anything. Only when every queue came back short last
-        // time and nothing woke the broker since, so a fetch that a wake-up asked for (an
-        // enqueue, a retry, the wake poller) never pays it.
-        let woken = *self.inner.wake.borrow();
-        let quiet = self.inner.quiet_since.load(Ordering::Relaxed) == woken.wrapping_add(1);
-        if quiet && by_levels.iter().all(|&b| b) {
-            let queues: Vec<&str> = budgets.iter().map(|(q, _)| *q).collect();
-            let probe = run!(
-                &self.inner.conns,
-                "probing for jobs",
-                Repeat::Safe,
-                |conn| { queries::probe(conn, &queues, reap, now) }
-            )?;
-            if !probe.found_work() {
-                return Ok(Fetched {
-                    lease,
-                    jobs: Vec::new(),
-                    next_due: probe.next_due(),
-                });
-            }
-        }
-        let by_levels = &by_levels;
-        let (jobs, next_due, reaped, short) =
-            transaction!(&self.inner.conns, "fetching jobs", |conn| async {
-                let reaped = if reap {
-                    queries::reap(conn, now).await?
-                } else {
-                    0
-                };
-                let mut levels = Vec::with_capacity(budgets.len());
-                for ((queue, _), by_levels) in budgets.iter().zip(by_levels) {
-                    levels.push(if *by_levels {
-                        queries::levels(conn, queue).await?
-                    } else {
-                        None
-                    });
-                }
-                let jobs = queries::claim(conn, &budgets, &levels, lease, ttl, now, union).await?;
-                let short: Vec<&str> = budgets
-                    .iter()
-                    .filter(|(queue, limit)| {
-                        jobs.iter().filter(|j| j.queue == *queue).count() < *limit
-                    })
-                    .map(|(queue, _)| *queue)
-                    .collect();
-                let next_due = queries::next_due(conn, &short, now).await?;
-                Ok((jobs, next_due, reaped, short))
-            })?;
-        {
-            let mut set = self.by_levels();
-            for (queue, _) in &budgets {
-                if short.contains(queue) {
-                    set.insert((*queue).to_owned());
-                } else {
-                    set.remove(*queue);
-                }
-            }
-        }
-        let all_short = short.len() == budgets.len();
-        self.inner.quiet_since.store(
-            if all_short { woken.wrapping_add(1) } else { 0 },
-            Ordering::Relaxed,
-        );
-        if reaped > 0 {
-            self.wake();
-        }
-        Ok(Fetched {
-            lease,
-            jobs,
-            next_due,
-        })
+        self.fetch_jobs(request).await
     }
 
     async fn settle(&self, settlements: Vec<Settlement>) -> Result<SettleReport> {
@@ -406,9 +293,17 @@ impl Broker for MySqlBroker {
             return Ok(SettleReport::default());
         }
         let now = self.now();
-        let settled = transaction!(&self.inner.conns, "settling jobs", |conn| {
-            queries::settle(conn, &settlements, now)
-        })?;
+        // Settlements of jobs with ordering keys lock their keys' rows.
+        let deadlocks = match settlements.iter().any(|s| queries::is_ordered(s.lease)) {
+            true => KEYED_DEADLOCKS,
+            false => 1,
+        };
+        let settled = transaction!(
+            &self.inner.conns,
+            "settling jobs",
+            deadlocks = deadlocks,
+            |conn| { queries::settle(conn, &settlements, now) }
+        )?;
         if settled.requeued {
             self.wake();
         }
@@ -439,12 +334,27 @@ impl Broker for MySqlBroker {
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {
         let now = self.now();
-        run!(
+        let found = run!(
             &self.inner.conns,
             "cancelling a job",
             Repeat::Unsafe,
             |conn| { queries::cancel(conn, id, now) }
-        )
+        )?;
+        if let queries::Cancel::Done(outcome) = found {
+            return Ok(outcome);
+        }
+        // A pending job with an ordering key: cancelled under its row's lock, and the next
+        // job of its key unblocked in the same transaction.
+        let (outcome, unblocked) = transaction!(
+            &self.inner.conns,
+            "cancelling a job",
+            deadlocks = KEYED_DEADLOCKS,
+            |conn| { queries::cancel_ordered(conn, id, now) }
+        )?;
+        if unblocked {
+            self.wake();
+        }
+        Ok(outcome)
     }
 
     async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
@@ -488,9 +398,12 @@ impl Broker for MySqlBroker {
 
     async fn retry_dead(&self, which: &Selection) -> Result<u64> {
         let now = self.now();
-        let done = transaction!(&self.inner.conns, "retrying dead letters", |conn| {
-            queries::redrive(conn, which, true, now)
-        })?;
+        let done = transaction!(
+            &self.inner.conns,
+            "retrying dead letters",
+            deadlocks = KEYED_DEADLOCKS,
+            |conn| { queries::redrive(conn, which, true, now) }
+        )?;
         if done > 0 {
             self.wake();
         }
@@ -554,6 +467,7 @@ impl Broker for MySqlBroker {
         })?;
         if prune {
             self.prune_holds(now).await;
+            self.prune_lines().await;
         }
         Ok(())
     }

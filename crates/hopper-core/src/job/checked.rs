@@ -1,0 +1,56 @@
+//! New jobs checked once, in core, before any broker sees them.
+
+use super::{Limits, NewJob};
+use crate::error::{ConfigError, Result};
+
+/// New jobs that passed [`NewJob::validate`], as [`Broker::enqueue`](crate::Broker::enqueue) hands them to
+/// [`Broker::enqueue_checked`](crate::Broker::enqueue_checked): a broker stores them without checking them again.
+///
+/// Only [`CheckedJobs::check`] makes one, so a broker that receives it knows every job
+/// was checked once, in core, before any broker saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedJobs(Vec<NewJob>);
+
+impl CheckedJobs {
+    /// Checks each job within the default [`Limits`]; the first that fails is the error,
+    /// and no job is accepted.
+    pub fn check(jobs: Vec<NewJob>) -> Result<Self> {
+        Self::check_within(jobs, &Limits::default())
+    }
+
+    /// Checks each job within a broker's `limits`; the first that fails is the error, and
+    /// no job is accepted. A batch may not mix ordering keys and unique keys.
+    pub fn check_within(jobs: Vec<NewJob>, limits: &Limits) -> Result<Self> {
+        for job in &jobs {
+            job.validate_within(limits)?;
+        }
+        let ordered = jobs.iter().find_map(|j| j.ordering_key.as_deref());
+        if let Some(key) = ordered.filter(|_| jobs.iter().any(|j| j.unique.is_some())) {
+            let allowed = "no job with a unique key in the same batch: enqueue them apart";
+            return Err(ConfigError::new("ordering_key", key.escape_debug(), allowed).into());
+        }
+        Ok(CheckedJobs(jobs))
+    }
+
+    /// The jobs, in the order given.
+    pub fn into_vec(self) -> Vec<NewJob> {
+        self.0
+    }
+}
+
+impl std::ops::Deref for CheckedJobs {
+    type Target = [NewJob];
+
+    fn deref(&self) -> &[NewJob] {
+        &self.0
+    }
+}
+
+impl IntoIterator for CheckedJobs {
+    type Item = NewJob;
+    type IntoIter = std::vec::IntoIter<NewJob>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}

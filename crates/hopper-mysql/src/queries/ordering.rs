@@ -1,0 +1,384 @@
+//! Ordering keys ([`hopper_core::job::ordering`]): of the unfinished (pending or leased)
+//! jobs of a queue's key, only one can be claimed; the others wait *blocked*, pending with
+//! their `run_at` moved [`BLOCKED`] ahead, past every claim. Claims, and everything done
+//! to plain jobs, run as before.
+//!
+//! A key has a row in `hopper_ordering` and, for its unfinished jobs, a range of
+//! `hopper_jobs_ordering` in id order; the first job of that range is its *head*. Every
+//! transaction that adds a job to a key or lets one run locks the key's row (keys in key
+//! order) before it reads the key's jobs, and holds it to its end:
+//! - an enqueue ([`enter`]) and a re-drive ([`redrive`]) lock their keys' rows, then read
+//!   each key's head; a job is stored blocked when its key has a head, or an earlier job of
+//!   the batch has its key;
+//! - a transaction in which a job that could run ends (acknowledged, dead-lettered or
+//!   cancelled, by a settlement, the reaper, a cancel or a claim that buries it) changes
+//!   that job's row, then locks its key's row, reads the key's head and unblocks it if it
+//!   waits ([`unblock`]). A waiting job that ends (a cancel) leaves the key's runnable job
+//!   in place: it locks its own row only.
+//!
+//! So a key's unfinished jobs all wait but one. Each read of a head is a statement of its
+//! own made after the key's row was granted: in READ COMMITTED it sees everything the
+//! transactions that held the row before committed. An enqueue that finds the runnable job
+//! still there while a settlement is ending it stores its job blocked, and the settlement,
+//! which takes the key's row after it, then finds that job and unblocks it; one that comes
+//! after the settlement finds the job gone and whatever it unblocked. Enqueues of one key
+//! take turns on its row and insert after taking it, so ids within a key follow commit
+//! order. Locks are taken in one order, a job's row before its key's: an enqueue holds
+//! keys and waits for no job, so it and a settlement never deadlock on each other.
+//!
+//! The one race outside the key's row is a cancel of a waiting job, which locks only that
+//! job: an unblock that picked it waits for the cancel, finds it gone, and reads the head
+//! again. Deadlocks remain possible in rare interleavings (a re-drive and a settlement that
+//! named a dead letter, the gap locks of new key rows): each transaction runs again (see
+//! `broker`).
+//!
+//! The lowest bit of a lease id says whether the claim that minted it took a job with an
+//! ordering key ([`lease_for`]). A settlement applies only to a job held under the lease it
+//! names, and a job's key never changes, so a settlement whose lease lacks the bit cannot
+//! end a job with a key: it keeps the plain statements, with no lookup. One with the bit
+//! reads its jobs' keys with the locks it takes anyway.
+
+use std::collections::HashSet;
+
+use hopper_core::job::{BLOCKED, is_blocked};
+use hopper_core::{CancelOutcome, Enqueued, JobId, LeaseId, Millis, NewJob};
+use sqlx::Row;
+use sqlx::mysql::{MySqlConnection, MySqlRow};
+
+use super::enqueue::{chunks, insert_keyed, new_rows};
+use super::rows::{LEASED, PENDING};
+use super::unique::{self, PruneCursor};
+
+use crate::sql::{self, MAX_LIST, fixed, padded, padded_tuples};
+
+/// An ordering key of one queue: the queue's name and the key's bytes.
+pub(crate) type Line = (String, Vec<u8>);
+
+/// How many keys one window of the pruning walk reads.
+const PRUNE_WINDOW: i64 = 1000;
+
+/// The most windows one prune reads: 10,000 keys a minute per broker.
+const PRUNE_WINDOWS: usize = 10;
+
+/// The lease a claim of jobs under `base` hands out: its lowest bit set when a job it took
+/// has an ordering key, clear otherwise, and never 0 (no job's lease).
+pub(crate) fn lease_for(base: LeaseId, ordered: bool) -> LeaseId {
+    LeaseId((base.0 & !1).max(2) | i64::from(ordered))
+}
+
+/// Whether a claim that took a job with an ordering key minted `lease`.
+pub(crate) fn is_ordered(lease: LeaseId) -> bool {
+    lease.0 & 1 == 1
+}
+
+/// The key of a new job, if it has one.
+fn line_of(job: &NewJob) -> Option<Line> {
+    let key = job.ordering_key.as_ref()?;
+    Some((job.queue.clone(), key.as_bytes().to_vec()))
+}
+
+/// Sorts lines and drops repeats: the order every transaction locks them in.
+fn sorted(mut lines: Vec<Line>) -> Vec<Line> {
+    lines.sort_unstable();
+    lines.dedup();
+    lines
+}
+
+/// A key's head as `ordering_heads.sql` reads it.
+struct Head {
+    id: i64,
+    line: Line,
+    state: i8,
+    run_at: Millis,
+}
+
+impl Head {
+    fn from_row(row: &MySqlRow) -> Result<Head, sqlx::Error> {
+        Ok(Head {
+            id: row.try_get(0)?,
+            // `ascii_bin` reaches the client flagged binary (see `rows`).
+            line: (row.try_get_unchecked(1)?, row.try_get(2)?),
+            state: row.try_get(3)?,
+            run_at: row.try_get(4)?,
+        })
+    }
+
+    fn waits(&self) -> bool {
+        self.state == PENDING && is_blocked(self.run_at)
+    }
+}
+
+/// Locks the rows of `lines` (sorted), making the missing ones.
+async fn lock(conn: &mut MySqlConnection, lines: &[Line]) -> Result<(), sqlx::Error> {
+    for chunk in lines.chunks(MAX_LIST) {
+        // Padded with copies of the last: its second insert finds the first and changes
+        // nothing.
+        let size = padded(chunk.len());
+        let text = sql::with_pairs(&sql::ORDERING_LOCK, size);
+        let mut query = sqlx::query(&text);
+        for i in 0..size {
+            let (queue, key) = chunk.get(i).unwrap_or(&chunk[chunk.len() - 1]);
+            query = query.bind(queue.as_str()).bind(key.as_slice());
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// The heads of `lines`, whose rows the caller locked.
+async fn heads(conn: &mut MySqlConnection, lines: &[Line]) -> Result<Vec<Head>, sqlx::Error> {
+    let mut found = Vec::new();
+    for chunk in lines.chunks(MAX_LIST) {
+        let size = padded_tuples(chunk.len());
+        let text = sql::with_pairs(&sql::ORDERING_HEADS, size);
+        let mut query = sqlx::query(&text);
+        for i in 0..size {
+            let (queue, key) = chunk.get(i).unwrap_or(&chunk[chunk.len() - 1]);
+            query = query.bind(queue.as_str()).bind(key.as_slice());
+        }
+        // Padded with copies of the last: the list names it once all the same.
+        for row in query.fetch_all(&mut *conn).await? {
+            found.push(Head::from_row(&row)?);
+        }
+    }
+    Ok(found)
+}
+
+/// Takes in the jobs of an enqueue, inside its transaction and before they are inserted:
+/// locks the rows of their keys and reads each key's head. Says, for each job in order,
+/// whether it is stored blocked: its key has an unfinished job, or an earlier job of the
+/// batch has its key.
+pub(crate) async fn enter(
+    conn: &mut MySqlConnection,
+    jobs: &[NewJob],
+) -> Result<Vec<bool>, sqlx::Error> {
+    let lines = sorted(jobs.iter().filter_map(line_of).collect());
+    if lines.is_empty() {
+        return Ok(vec![false; jobs.len()]);
+    }
+    lock(conn, &lines).await?;
+    let mut taken: HashSet<Line> = heads(conn, &lines)
+        .await?
+        .into_iter()
+        .map(|h| h.line)
+        .collect();
+    Ok(jobs
+        .iter()
+        .map(|job| line_of(job).is_some_and(|line| !taken.insert(line)))
+        .collect())
+}
+
+/// After a job of each of `lines` that could run ended, in the same transaction: locks the
+/// keys' rows and lets each key's head run if it waits. Says whether one was unblocked (to
+/// wake workers).
+pub(crate) async fn unblock(
+    conn: &mut MySqlConnection,
+    lines: Vec<Line>,
+) -> Result<bool, sqlx::Error> {
+    let mut lines = sorted(lines);
+    if lines.is_empty() {
+        return Ok(false);
+    }
+    lock(conn, &lines).await?;
+    let mut unblocked = false;
+    // Until every head read was unblocked or runs: a head cancelled since it was read (its
+    // cancel holds its row, not the key's) is gone when read again.
+    while !lines.is_empty() {
+        let waiting: Vec<Head> = heads(conn, &lines)
+            .await?
+            .into_iter()
+            .filter(Head::waits)
+            .collect();
+        let mut touched = 0;
+        for chunk in waiting.chunks(MAX_LIST) {
+            let size = padded(chunk.len());
+            let text = sql::with_ids(&sql::ORDERING_UNBLOCK, size);
+            let mut query = sqlx::query(&text);
+            for i in 0..size {
+                query = query.bind(chunk.get(i).map_or(0, |h| h.id));
+            }
+            touched += query.execute(&mut *conn).await?.rows_affected();
+        }
+        unblocked |= touched > 0;
+        if touched == waiting.len() as u64 {
+            break;
+        }
+        lines = sorted(waiting.into_iter().map(|h| h.line).collect());
+    }
+    Ok(unblocked)
+}
+
+/// Puts the dead letters `dead` (id and key), all with ordering keys, back in their
+/// queues, due at `now`, inside the caller's transaction: under their keys' locks, as an
+/// enqueue would store them, except that a job keeps its id. So one whose key has an
+/// unfinished job waits, and being older than the key's other jobs, runs right after the
+/// one running. Of several of one key, the oldest goes first. Returns how many went back.
+pub(crate) async fn redrive(
+    conn: &mut MySqlConnection,
+    mut dead: Vec<(i64, Line)>,
+    now: Option<Millis>,
+) -> Result<u64, sqlx::Error> {
+    let lines = sorted(dead.iter().map(|(_, line)| line.clone()).collect());
+    if lines.is_empty() {
+        return Ok(0);
+    }
+    lock(conn, &lines).await?;
+    let mut taken: HashSet<Line> = heads(conn, &lines)
+        .await?
+        .into_iter()
+        .map(|h| h.line)
+        .collect();
+    dead.sort_unstable_by_key(|(id, _)| *id);
+    let (mut first, mut waiting) = (Vec::new(), Vec::new());
+    for (id, line) in dead {
+        match taken.insert(line) {
+            true => first.push(id),
+            false => waiting.push(id),
+        }
+    }
+    let mut done = 0;
+    for (ids, shift) in [(first, 0), (waiting, BLOCKED)] {
+        for chunk in ids.chunks(MAX_LIST) {
+            let size = padded(chunk.len());
+            let text = sql::with_ids(&sql::ORDERING_REDRIVE, size);
+            let mut query = sqlx::query(&text).bind(now).bind(shift);
+            for i in 0..size {
+                query = query.bind(chunk.get(i).copied().unwrap_or(0));
+            }
+            done += query.execute(&mut *conn).await?.rows_affected();
+        }
+    }
+    Ok(done)
+}
+
+/// Cancels job `id`, which has an ordering key, if it is still pending, inside the
+/// caller's transaction: its row locked first, and the key's next job unblocked when the
+/// job could run. Returns the outcome and whether a job was unblocked.
+pub(crate) async fn cancel(
+    conn: &mut MySqlConnection,
+    id: JobId,
+    now: Option<Millis>,
+) -> Result<(CancelOutcome, bool), sqlx::Error> {
+    let row = sqlx::query(fixed(&sql::JOB_LOCK))
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(row) = row else {
+        return Ok((CancelOutcome::NotFound, false));
+    };
+    let (state, lease, run_at): (i8, Option<i64>, Millis) =
+        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+    let line: Option<Line> = match row.try_get::<Option<Vec<u8>>, _>(4)? {
+        Some(key) => Some((row.try_get_unchecked(3)?, key)),
+        None => None,
+    };
+    match (state, lease) {
+        (PENDING, _) => {
+            sqlx::query(fixed(&sql::ORDERING_CANCEL))
+                .bind(now)
+                .bind(id.0)
+                .execute(&mut *conn)
+                .await?;
+            let unblocked = match line {
+                Some(line) if !is_blocked(run_at) => unblock(conn, vec![line]).await?,
+                _ => false,
+            };
+            Ok((CancelOutcome::Cancelled, unblocked))
+        }
+        (LEASED, Some(lease)) => Ok((CancelOutcome::Held(LeaseId(lease)), false)),
+        _ => Ok((CancelOutcome::NotFound, false)),
+    }
+}
+
+/// Deletes the rows of keys without unfinished jobs, a window of [`PRUNE_WINDOW`] keys
+/// after `cursor` at a time, at most [`PRUNE_WINDOWS`] windows; each statement commits on
+/// its own. Returns where the walk stopped and how many rows it deleted. A row is deleted
+/// only while its key still has no unfinished job; deleting one is safe whenever it
+/// happens (see `ordering_forget.sql`), so a key that gains a job meanwhile loses nothing.
+pub(crate) async fn prune_lines(
+    conn: &mut MySqlConnection,
+    mut cursor: PruneCursor,
+) -> Result<(PruneCursor, u64), sqlx::Error> {
+    let mut deleted = 0;
+    for _ in 0..PRUNE_WINDOWS {
+        let rows = sqlx::query(fixed(&sql::ORDERING_WINDOW))
+            .bind(cursor.0.as_str())
+            .bind(cursor.0.as_str())
+            .bind(cursor.1.as_slice())
+            .bind(PRUNE_WINDOW)
+            .fetch_all(&mut *conn)
+            .await?;
+        let mut window = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let line: Line = (row.try_get_unchecked(0)?, row.try_get(1)?);
+            window.push((line, row.try_get::<i64, _>(2)? != 0));
+        }
+        let idle: Vec<&Line> = window
+            .iter()
+            .filter(|(_, busy)| !busy)
+            .map(|(line, _)| line)
+            .collect();
+        for chunk in idle.chunks(MAX_LIST) {
+            let size = padded_tuples(chunk.len());
+            let text = sql::with_pairs(&sql::ORDERING_FORGET, size);
+            let mut query = sqlx::query(&text);
+            for i in 0..size {
+                // Padded with copies of the last: deleted once.
+                let (queue, key) = chunk.get(i).unwrap_or(&chunk[chunk.len() - 1]);
+                query = query.bind(queue.as_str()).bind(key.as_slice());
+            }
+            deleted += query.execute(&mut *conn).await?.rows_affected();
+        }
+        match window.last() {
+            Some((last, _)) if window.len() as i64 == PRUNE_WINDOW => cursor = last.clone(),
+            // The end of the table: the next prune starts over.
+            _ => return Ok((PruneCursor::default(), deleted)),
+        }
+    }
+    Ok((cursor, deleted))
+}
+
+/// Stores `jobs`, of which at least one has a unique or an ordering key, inside the
+/// caller's transaction, and says what became of each, in order. The keys' lines are
+/// entered first ([`enter`]), so that each job with an ordering key is stored
+/// blocked or not; then the unique keys are taken, if any job has one
+/// ([`unique::enqueue_unique`]), else the jobs are inserted as they are.
+pub(crate) async fn enqueue_keyed(
+    conn: &mut MySqlConnection,
+    jobs: &[NewJob],
+    now: Option<Millis>,
+    id_step: i64,
+) -> Result<Vec<Enqueued>, sqlx::Error> {
+    let blocked = enter(conn, jobs).await?;
+    if jobs.iter().any(|job| job.unique.is_some()) {
+        return unique::enqueue_unique(conn, jobs, &blocked, now, id_step).await;
+    }
+    let mut rows = new_rows(jobs, now);
+    for (row, blocked) in rows.iter_mut().zip(blocked) {
+        row.blocked = blocked;
+    }
+    let mut ids = Vec::with_capacity(rows.len());
+    for chunk in chunks(&rows) {
+        ids.extend(insert_keyed(conn, chunk, now, id_step).await?);
+    }
+    Ok(ids.into_iter().map(Enqueued::stored).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use hopper_core::LeaseId;
+
+    use super::{is_ordered, lease_for};
+
+    #[test]
+    fn leases_say_whether_their_claim_took_a_job_with_an_ordering_key() {
+        for base in [1, 2, 3, 0x1234_5679, i64::MAX] {
+            let (plain, ordered) = (
+                lease_for(LeaseId(base), false),
+                lease_for(LeaseId(base), true),
+            );
+            assert!(!is_ordered(plain) && is_ordered(ordered), "{base}");
+            assert!(plain.0 > 0 && ordered.0 > 0, "{base}");
+        }
+    }
+}
