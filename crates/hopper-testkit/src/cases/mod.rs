@@ -52,7 +52,7 @@ pub use unique::{snooze_is_attempt_neutral, unique_keys, unique_keys_racing_prod
 
 use std::sync::Arc;
 
-use hopper_core::{Broker, JobId, LeaseId, Outcome, QueueCounts, Settlement};
+use hopper_core::{Broker, Error, JobId, LeaseId, NewJob, Outcome, QueueCounts, Settlement};
 
 use crate::helpers::skip;
 
@@ -106,6 +106,36 @@ fn skip_if_pushed(broker: &Arc<dyn Broker>, case: &str) -> bool {
         );
     }
     pushed
+}
+
+/// Says whether the broker has a capability (`has`, named `capability`); when it does
+/// not, checks that it refuses a batch of a plain job and `job`, which needs it, and
+/// stores nothing, then prints that `case` is skipped.
+async fn capable_or_refuses(
+    broker: &Arc<dyn Broker>,
+    has: bool,
+    capability: &str,
+    job: NewJob,
+    case: &str,
+) -> bool {
+    if has {
+        return true;
+    }
+    let refused = broker
+        .enqueue(vec![NewJob::new("q", b"plain".to_vec()), job])
+        .await;
+    assert!(
+        matches!(refused, Err(Error::NotSupported { .. })),
+        "a broker without Capabilities::{capability} must refuse the job: {refused:?}"
+    );
+    assert_eq!(
+        counts(broker, "q").await,
+        counts_of(0, 0, 0, 0),
+        "stored none"
+    );
+    let why = format!("needs Capabilities::{capability} (checked: refused, nothing stored)");
+    skip(case, &why);
+    false
 }
 
 fn one(id: JobId, lease: LeaseId, outcome: Outcome) -> Vec<Settlement> {

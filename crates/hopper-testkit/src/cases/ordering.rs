@@ -5,11 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hopper_core::{Broker, Error, JobId, JobState, NewJob, Outcome, Selection};
+use hopper_core::{Broker, JobId, JobState, NewJob, Outcome, Selection};
 use tokio::time::advance;
 
-use super::{counts, counts_of, one, record, settle};
-use crate::helpers::{TTL, enqueue, fetch, ids, skip};
+use super::{capable_or_refuses, counts, counts_of, one, record, settle};
+use crate::helpers::{TTL, enqueue, fetch, ids};
 
 fn keyed(queue: &str, key: &str, name: &str) -> NewJob {
     NewJob::new(queue, name.as_bytes().to_vec()).ordering_key(key)
@@ -18,29 +18,8 @@ fn keyed(queue: &str, key: &str, name: &str) -> NewJob {
 /// Says whether the broker keeps ordering keys; when it does not, checks that it refuses
 /// them and stores nothing.
 async fn keeps_order(broker: &Arc<dyn Broker>, case: &str) -> bool {
-    if broker.capabilities().ordered {
-        return true;
-    }
-    let refused = broker
-        .enqueue(vec![
-            NewJob::new("q", b"plain".to_vec()),
-            keyed("q", "k", "k"),
-        ])
-        .await;
-    assert!(
-        matches!(refused, Err(Error::NotSupported { .. })),
-        "a broker without ordering keys must refuse them: {refused:?}"
-    );
-    assert_eq!(
-        counts(broker, "q").await,
-        counts_of(0, 0, 0, 0),
-        "stored none"
-    );
-    skip(
-        case,
-        "needs Capabilities::ordered (checked: refused, nothing stored)",
-    );
-    false
+    let has = broker.capabilities().ordered;
+    capable_or_refuses(broker, has, "ordered", keyed("q", "k", "k"), case).await
 }
 
 /// Fetches one job of `queue`, checks it is `expected`, and settles it with `outcome`.

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{Broker, Enqueued, Error, JobId, JobState, NewJob, Outcome, UniqueScope};
+use hopper_core::{Broker, Enqueued, JobId, JobState, NewJob, Outcome, UniqueScope};
 use tokio::time::advance;
 
-use super::{counts, counts_of, one, record, settle, skip_if_pushed};
-use crate::helpers::{TTL, fetch, ids, skip};
+use super::{capable_or_refuses, counts, counts_of, one, record, settle, skip_if_pushed};
+use crate::helpers::{TTL, fetch, ids};
 
 /// Enqueues `jobs`, panicking on error.
 async fn put(broker: &Arc<dyn Broker>, jobs: Vec<NewJob>) -> Vec<Enqueued> {
@@ -24,29 +24,9 @@ fn keyed(queue: &str, key: &str, scope: UniqueScope) -> NewJob {
 /// Says whether the broker enforces keys; when it does not, checks that it refuses them
 /// and stores nothing.
 async fn enforces_keys(broker: &Arc<dyn Broker>, case: &str) -> bool {
-    if broker.capabilities().unique {
-        return true;
-    }
-    let refused = broker
-        .enqueue(vec![
-            NewJob::new("q", b"plain".to_vec()),
-            NewJob::new("q", b"k".to_vec()).unique_key("k"),
-        ])
-        .await;
-    assert!(
-        matches!(refused, Err(Error::NotSupported { .. })),
-        "a broker without unique keys must refuse them: {refused:?}"
-    );
-    assert_eq!(
-        counts(broker, "q").await,
-        counts_of(0, 0, 0, 0),
-        "stored none"
-    );
-    skip(
-        case,
-        "needs Capabilities::unique (checked: refused, nothing stored)",
-    );
-    false
+    let has = broker.capabilities().unique;
+    let job = NewJob::new("q", b"k".to_vec()).unique_key("k");
+    capable_or_refuses(broker, has, "unique", job, case).await
 }
 
 /// Each scope holds its key exactly as long as it says: a duplicate gets the holder's id
