@@ -128,8 +128,8 @@ pub(crate) async fn instrumentation_rows(
 
 /// The PostgreSQL drain at batch 100 (window the slots) of jobs with a unique key each,
 /// with an ordering key each, and with 1,000 ordering keys among them (a key's jobs one
-/// at a time), beside the same drain of plain jobs. The row's rate is the drain's; its enqueue rate
-/// is in `hopper load`'s report.
+/// at a time), beside the same drain of plain jobs. The row's rate is the drain's; its
+/// enqueue rate is in `hopper load`'s report.
 pub(crate) async fn feature_rows(postgres: &str, jobs: usize, rounds: usize) -> Result<Vec<Row>> {
     let route = Route::to(postgres, 0.0, false).await?;
     let pg = Drain {
