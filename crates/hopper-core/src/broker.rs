@@ -219,6 +219,9 @@ pub struct Capabilities {
     /// Ordering keys ([`NewJob::ordering_key`]) are kept by the broker itself, so that
     /// every worker agrees; without, an enqueue of a job with a key is refused.
     pub ordered: bool,
+    /// Rate limits ([`Broker::set_rate_limit`]) are kept by the broker itself, so that
+    /// every worker's claims count against one window.
+    pub rate_limits: bool,
 }
 
 /// Which of the operator calls of [`admin`](crate::admin) a broker serves; the others
@@ -290,6 +293,7 @@ impl Capabilities {
             admin: AdminCalls::NONE,
             unique: false,
             ordered: false,
+            rate_limits: false,
         }
     }
 
@@ -308,6 +312,7 @@ impl Capabilities {
             admin: AdminCalls::RECORDS,
             unique: false,
             ordered: false,
+            rate_limits: false,
         }
     }
 
@@ -326,6 +331,7 @@ impl Capabilities {
             admin: AdminCalls::NONE,
             unique: false,
             ordered: false,
+            rate_limits: false,
         }
     }
 
@@ -351,6 +357,14 @@ impl Capabilities {
     pub const fn with_unique(self) -> Self {
         Capabilities {
             unique: true,
+            ..self
+        }
+    }
+
+    /// The same, keeping rate limits.
+    pub const fn with_rate_limits(self) -> Self {
+        Capabilities {
+            rate_limits: true,
             ..self
         }
     }
@@ -476,6 +490,14 @@ pub trait Broker: Send + Sync + Debug + 'static {
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
         let _ = (queue, paused);
         Err(self.not_supported("pausing queues"))
+    }
+
+    /// Limits how many jobs of a queue start, across every worker of this broker: at most
+    /// `limit.max` claimed in any window of `limit.per` ([`crate::rate`]); `None` lifts it.
+    /// Brokers without [`Capabilities::rate_limits`] refuse.
+    async fn set_rate_limit(&self, queue: &str, limit: Option<crate::RateLimit>) -> Result<()> {
+        let _ = (queue, limit);
+        Err(self.not_supported("rate limits"))
     }
 
     /// The names of the queues holding jobs, or paused, in name order.

@@ -26,6 +26,7 @@ pub mod job;
 pub mod memory;
 mod metering;
 pub mod prefetch;
+pub mod rate;
 pub mod registry;
 pub mod retry;
 pub mod schedule;
@@ -47,6 +48,7 @@ pub use job::{
 };
 pub use memory::MemoryBroker;
 pub use prefetch::{AutoSizer, Prefetch};
+pub use rate::RateLimit;
 pub use registry::{Bucket, QueueBeat, ScheduleBeat, ScheduleInfo, WorkerBeat, WorkerInfo};
 pub use retry::RetryPolicy;
 pub use schedule::{Missed, Schedule};

@@ -167,6 +167,7 @@ macro_rules! worker_suite {
             snoozed_job_is_not_charged,
             periodic_slots_enqueued_once,
             ordered_keys_run_in_order,
+            rate_limit_holds_across_workers,
         );
     };
 }

@@ -51,9 +51,9 @@ pub use hopper_core::{
     AdminCalls, AttemptError, Broker, CancelOutcome, Capabilities, Chain, ConfigError, Cursor,
     Enqueued, Error, Job, JobContext, JobError, JobId, JobPage, JobQuery, JobRecord, JobResult,
     JobState, Limits, ListState, MemoryBroker, Missed, NewJob, Prefetch, QueueCounts, QueueOptions,
-    QueueStats, QueueStatus, Result, RetryPolicy, RunAt, Schedule, ScheduleBeat, ScheduleInfo,
-    Selection, Throughput, UniqueKey, UniqueScope, Worker, WorkerBuilder, WorkerCounts, WorkerInfo,
-    WorkerStats, redact_url, sample_queue_metrics, set_queue_gauges,
+    QueueStats, QueueStatus, RateLimit, Result, RetryPolicy, RunAt, Schedule, ScheduleBeat,
+    ScheduleInfo, Selection, Throughput, UniqueKey, UniqueScope, Worker, WorkerBuilder,
+    WorkerCounts, WorkerInfo, WorkerStats, redact_url, sample_queue_metrics, set_queue_gauges,
 };
 #[cfg(feature = "mysql")]
 pub use hopper_mysql::{MySqlBroker, MySqlOptions};

@@ -108,6 +108,7 @@ impl Broker for MemoryBroker {
         Capabilities::in_process("memory")
             .with_unique()
             .with_ordered()
+            .with_rate_limits()
     }
 
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
@@ -185,7 +186,15 @@ impl Broker for MemoryBroker {
             };
             q.promote_due(now);
             let before = jobs.len();
-            while jobs.len() - before < budget.limit {
+            let mut window = match st.windows.is_empty() {
+                true => None,
+                false => st.windows.get_mut(&budget.queue),
+            };
+            let limit = match &mut window {
+                Some(w) => budget.limit.min(w.room(now)),
+                None => budget.limit,
+            };
+            while jobs.len() - before < limit {
                 match q.pop(&mut emptied) {
                     Some(mut job) => {
                         st.holds.taken(job.id);
@@ -199,6 +208,13 @@ impl Broker for MemoryBroker {
                         jobs.push(job);
                     }
                     None => break,
+                }
+            }
+            if let Some(w) = window {
+                w.started(jobs.len() - before, now);
+                if let Some(at) = w.next_room().filter(|_| !q.ready.is_empty()) {
+                    // Jobs are due but the window is full: due again when it has room.
+                    next_due = Some(next_due.map_or(at, |n: Millis| n.min(at)));
                 }
             }
             if jobs.len() - before < budget.limit {
@@ -411,6 +427,25 @@ impl Broker for MemoryBroker {
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
         crate::job::validate_queue_name(queue)?;
         Ok(self.pause(queue, paused))
+    }
+
+    async fn set_rate_limit(&self, queue: &str, limit: Option<crate::RateLimit>) -> Result<()> {
+        crate::job::validate_queue_name(queue)?;
+        let mut st = self.state();
+        match limit {
+            // The same limit again keeps its window: setting it must not allow a burst.
+            Some(limit) if st.windows.get(queue).is_some_and(|w| w.limit() == limit) => {}
+            Some(limit) => {
+                st.windows
+                    .insert(queue.to_owned(), crate::rate::Window::new(limit));
+            }
+            None => {
+                st.windows.remove(queue);
+            }
+        }
+        drop(st);
+        self.wake();
+        Ok(())
     }
 
     async fn queues(&self) -> Result<Vec<String>> {

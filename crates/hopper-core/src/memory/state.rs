@@ -28,6 +28,8 @@ pub(super) struct State {
     pub(super) holds: super::unique::Holds,
     /// Ordering keys and their unfinished jobs.
     pub(super) lines: super::ordering::Lines,
+    /// The windows of rate-limited queues.
+    pub(super) windows: HashMap<String, crate::rate::Window>,
     pub(super) next_reap: Millis,
 }
 

@@ -23,6 +23,7 @@ mod batch;
 mod control;
 mod ordering;
 mod periodic;
+mod rate;
 mod run;
 mod stop;
 
@@ -30,6 +31,7 @@ pub use batch::batch_sizes;
 pub use control::{cancel_before_start, pause_and_resume, worker_listed_while_running};
 pub use ordering::ordered_keys_run_in_order;
 pub use periodic::periodic_slots_enqueued_once;
+pub use rate::rate_limit_holds_across_workers;
 pub use run::{
     dead_letter_after_max_attempts, enqueue_run_ack, retry_backoff_then_success,
     snoozed_job_is_not_charged,
