@@ -4,13 +4,13 @@
 //! Of a key's pending and leased jobs, one is its head and the others wait blocked:
 //! pending, their `run_at` moved [`BLOCKED`] into the future, where no claim looks, so
 //! claims run as they always did. A job is stored blocked when its key has a pending or
-//! leased job ([`insert`]). When a head ends (acknowledged, dead-lettered, cancelled, dead
-//! of a lease that expired on its last attempt, buried as unreadable), the key's first
-//! job gets its own time back ([`head_ended`]); a head that is retried, released or
-//! snoozed stays the head. A re-driven dead letter goes back blocked and is unblocked at
-//! once if its key has no head ([`redriven`]). The index `hopper_jobs_ordering` (migration
-//! 0009) holds the keys' pending and leased jobs only, so each look is one descent however
-//! many jobs wait on a key or how many of its jobs died.
+//! leased job (`INSERT_ORDERED_JOB`). When a head ends (acknowledged, dead-lettered,
+//! cancelled, dead of a lease that expired on its last attempt, buried as unreadable),
+//! the key's first job gets its own time back ([`head_ended`]); a head that is retried,
+//! released or snoozed stays the head. A re-driven dead letter goes back blocked and is
+//! unblocked at once if its key has no head ([`redriven`]). The index
+//! `hopper_jobs_ordering` (migration 0009) holds the keys' pending and leased jobs only, so
+//! each look is one descent however many jobs wait on a key or how many of its jobs died.
 //!
 //! No lock beyond SQLite's own: every one of these changes is made in the write
 //! transaction of the call that causes it, and SQLite runs one write transaction at a time
@@ -37,9 +37,9 @@ use std::collections::BTreeSet;
 
 use hopper_core::admin::{ERROR_HISTORY, bounded_error};
 use hopper_core::job::{BLOCKED, MAX_RUN_AT};
-use hopper_core::{JobId, Millis, NewJob, Outcome, Settlement};
+use hopper_core::{Millis, Outcome, Settlement};
 use rusqlite::types::{ToSqlOutput, ValueRef};
-use rusqlite::{CachedStatement, Connection, OptionalExtension, Row, ToSql, params};
+use rusqlite::{Connection, OptionalExtension, Row, ToSql, params};
 
 use crate::sql;
 
@@ -93,29 +93,6 @@ pub(crate) fn own_time(stored: Millis, pending: bool) -> (Millis, bool) {
     } else {
         (stored, false)
     }
-}
-
-/// Inserts a pending job with ordering key `key`, created at `now`, with `insert`
-/// (`INSERT_ORDERED_JOB`): blocked when a job of its key is pending or leased, one earlier
-/// in its batch included. Returns its id.
-pub(crate) fn insert(
-    insert: &mut CachedStatement<'_>,
-    job: &NewJob,
-    key: &str,
-    now: Millis,
-) -> rusqlite::Result<JobId> {
-    let id = insert.insert(params![
-        job.queue,
-        job.priority,
-        job.run_at_millis(now),
-        job.max_attempts,
-        job.payload,
-        job.headers_json(),
-        now,
-        key,
-        BLOCKED,
-    ])?;
-    Ok(JobId(id))
 }
 
 /// Unblocks the next job of `line`, whose head just ended; returns whether there was one

@@ -38,48 +38,32 @@ pub(crate) fn enqueue(
 ) -> rusqlite::Result<Vec<JobId>> {
     let mut insert = conn.prepare_cached(sql::INSERT_JOB)?;
     jobs.iter()
-        .map(|job| insert_job(&mut insert, job, now))
+        .map(|job| insert_job(&mut insert, job, now, &[]))
         .collect()
 }
 
-/// Inserts one pending job with `INSERT_JOB`, created at `now`; returns its id.
+/// Inserts one pending job, created at `now`, with `insert`: `INSERT_JOB`, or a statement
+/// that takes `extra` values after the job's seven (`INSERT_KEYED_JOB` its unique key,
+/// `INSERT_ORDERED_JOB` its ordering key and the blocked offset). Keyed jobs have statements
+/// of their own so that the plain path's statement stays as it was. Returns the job's id.
 pub(crate) fn insert_job(
     insert: &mut rusqlite::CachedStatement<'_>,
     job: &NewJob,
     now: Millis,
+    extra: &[&dyn rusqlite::ToSql],
 ) -> rusqlite::Result<JobId> {
-    let id = insert.insert(params![
-        job.queue,
-        job.priority,
-        job.run_at_millis(now),
-        job.max_attempts,
-        job.payload,
-        job.headers_json(),
-        now,
-    ])?;
-    Ok(JobId(id))
-}
-
-/// [`insert_job`] with `INSERT_KEYED_JOB`, which also stores `key` in the row, so that the
-/// job's record shows it without a second statement. A separate statement rather than a
-/// NULL bound to the plain one keeps the plain path's statement as it was.
-pub(crate) fn insert_keyed_job(
-    insert: &mut rusqlite::CachedStatement<'_>,
-    job: &NewJob,
-    key: &str,
-    now: Millis,
-) -> rusqlite::Result<JobId> {
-    let id = insert.insert(params![
-        job.queue,
-        job.priority,
-        job.run_at_millis(now),
-        job.max_attempts,
-        job.payload,
-        job.headers_json(),
-        now,
-        key,
-    ])?;
-    Ok(JobId(id))
+    let (run_at, headers) = (job.run_at_millis(now), job.headers_json());
+    let values: [&dyn rusqlite::ToSql; 7] = [
+        &job.queue,
+        &job.priority,
+        &run_at,
+        &job.max_attempts,
+        &job.payload,
+        &headers,
+        &now,
+    ];
+    let all = values.iter().chain(extra).copied();
+    Ok(JobId(insert.insert(rusqlite::params_from_iter(all))?))
 }
 
 /// What one fetch claimed, in global order, and when the next delayed job falls due if

@@ -12,11 +12,11 @@
 //! processes, so the look-up of a key's holder and the taking of the key cannot be
 //! interleaved with another producer's.
 
-use hopper_core::job::earlier_with_key;
+use hopper_core::job::{BLOCKED, earlier_with_key};
 use hopper_core::{Enqueued, JobId, Millis, NewJob};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::{ordering, queries, sql};
+use crate::{queries, sql};
 
 /// Keys the sweep examines per worker report: a bounded step, however many keys are
 /// held, of about a millisecond on the database thread (one job looked up per key).
@@ -31,9 +31,9 @@ pub(crate) type SweepCursor = Option<(String, String)>;
 /// did; one whose key is held by a job whose hold still stands is not stored and answers
 /// with the holder; every other job is inserted as [`queries::enqueue`] does and, with a
 /// key, takes it, over a stale holder if there was one. A stored job with a key keeps it
-/// in its row too ([`queries::insert_keyed_job`]), for its record, after the hold ends. A
+/// in its row too (`INSERT_KEYED_JOB`), for its record, after the hold ends. A
 /// job with an ordering key (never with a unique one too) is inserted by
-/// [`ordering::insert`], blocked behind the pending and leased jobs of its key.
+/// `INSERT_ORDERED_JOB`, blocked behind the pending and leased jobs of its key.
 ///
 /// The holder is looked up before the job is inserted, rather than the job inserted and
 /// then deleted again on finding the key held: the writer is alone in the file, so the
@@ -56,8 +56,8 @@ pub(crate) fn enqueue(
         }
         let Some(unique) = &job.unique else {
             let id = match &job.ordering_key {
-                Some(key) => ordering::insert(&mut insert_ordered, job, key, now)?,
-                None => queries::insert_job(&mut insert, job, now)?,
+                Some(key) => queries::insert_job(&mut insert_ordered, job, now, &[key, &BLOCKED])?,
+                None => queries::insert_job(&mut insert, job, now, &[])?,
             };
             done.push(Enqueued::stored(id));
             continue;
@@ -69,7 +69,7 @@ pub(crate) fn enqueue(
             done.push(Enqueued::existing(JobId(holder)));
             continue;
         }
-        let id = queries::insert_keyed_job(&mut insert_keyed, job, &unique.key, now)?;
+        let id = queries::insert_job(&mut insert_keyed, job, now, &[&unique.key])?;
         take.execute(params![
             job.queue,
             unique.key,
