@@ -108,19 +108,28 @@ impl Head {
     }
 }
 
+/// `text` with `size` (queue, key) pairs bound from `chunk`, padded with copies of its
+/// last line: a lock's second insert of it finds the first and changes nothing, and a list
+/// names it once all the same.
+fn bound<'q>(
+    text: &'q str,
+    chunk: &'q [Line],
+    size: usize,
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    let mut query = sqlx::query(text);
+    for i in 0..size {
+        let (queue, key) = chunk.get(i).unwrap_or(&chunk[chunk.len() - 1]);
+        query = query.bind(queue.as_str()).bind(key.as_slice());
+    }
+    query
+}
+
 /// Locks the rows of `lines` (sorted), making the missing ones.
 async fn lock(conn: &mut MySqlConnection, lines: &[Line]) -> Result<(), sqlx::Error> {
     for chunk in lines.chunks(MAX_LIST) {
-        // Padded with copies of the last: its second insert finds the first and changes
-        // nothing.
         let size = padded(chunk.len());
         let text = sql::with_pairs(&sql::ORDERING_LOCK, size);
-        let mut query = sqlx::query(&text);
-        for i in 0..size {
-            let (queue, key) = chunk.get(i).unwrap_or(&chunk[chunk.len() - 1]);
-            query = query.bind(queue.as_str()).bind(key.as_slice());
-        }
-        query.execute(&mut *conn).await?;
+        bound(&text, chunk, size).execute(&mut *conn).await?;
     }
     Ok(())
 }
@@ -131,13 +140,7 @@ async fn heads(conn: &mut MySqlConnection, lines: &[Line]) -> Result<Vec<Head>, 
     for chunk in lines.chunks(MAX_LIST) {
         let size = padded_tuples(chunk.len());
         let text = sql::with_pairs(&sql::ORDERING_HEADS, size);
-        let mut query = sqlx::query(&text);
-        for i in 0..size {
-            let (queue, key) = chunk.get(i).unwrap_or(&chunk[chunk.len() - 1]);
-            query = query.bind(queue.as_str()).bind(key.as_slice());
-        }
-        // Padded with copies of the last: the list names it once all the same.
-        for row in query.fetch_all(&mut *conn).await? {
+        for row in bound(&text, chunk, size).fetch_all(&mut *conn).await? {
             found.push(Head::from_row(&row)?);
         }
     }
