@@ -1,5 +1,5 @@
-//! `hopper queue pause|resume|purge QUEUE`: a queue stopped for every worker, started
-//! again, or emptied on purpose.
+//! `hopper queue pause|resume|purge|limit QUEUE`: a queue stopped for every worker, started
+//! again, emptied on purpose, or limited to so many starts per window.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
@@ -17,6 +17,21 @@ pub enum QueueCommand {
     /// Delete every job of a queue, in every state. Asks first on a terminal; elsewhere it
     /// needs `--yes`.
     Purge(PurgeArgs),
+    /// Let at most N of the queue's jobs start in any window of a period, across every
+    /// worker of the broker (`50/1s`, `1000/1h`), or lift the limit with `--off`.
+    Limit(LimitArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// The queue.
+    queue: String,
+    /// Starts per window: `N/PERIOD`, such as `50/1s`, `10/500ms` or `1000/1h`.
+    #[arg(required_unless_present = "off", conflicts_with = "off")]
+    limit: Option<String>,
+    /// Lift the queue's limit.
+    #[arg(long)]
+    off: bool,
 }
 
 #[derive(Debug, Args)]
@@ -37,6 +52,7 @@ pub struct PurgeArgs {
 pub async fn run(url: &str, command: QueueCommand) -> Result<ExitCode> {
     let (queue, paused) = match command {
         QueueCommand::Purge(args) => return purge(url, args).await,
+        QueueCommand::Limit(args) => return limit(url, args).await,
         QueueCommand::Pause(QueueArg { queue }) => (queue, true),
         QueueCommand::Resume(QueueArg { queue }) => (queue, false),
     };
@@ -82,4 +98,50 @@ async fn purge(url: &str, args: PurgeArgs) -> Result<ExitCode> {
     let n = broker.purge(&args.queue).await?;
     println!("{}: {n} jobs deleted", args.queue);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Reads `N/PERIOD` as a rate limit, refusing by name what is not one.
+pub fn parse_limit(text: &str) -> Result<hopper::RateLimit> {
+    let refused = |why: String| ConfigError::new("rate limit", text, why);
+    let Some((max, per)) = text.split_once('/') else {
+        return Err(refused("N/PERIOD, such as 50/1s".into()).into());
+    };
+    let max: u32 = max
+        .trim()
+        .parse()
+        .map_err(|_| refused(format!("a whole number of jobs before `/`, not `{max}`")))?;
+    let per = humantime::parse_duration(per.trim())
+        .map_err(|e| refused(format!("a period after `/` such as 1s or 500ms: {e}")))?;
+    Ok(hopper::RateLimit::new(max, per)?)
+}
+
+async fn limit(url: &str, args: LimitArgs) -> Result<ExitCode> {
+    hopper::broker::validate_queue_name(&args.queue)?;
+    let limit = match &args.limit {
+        Some(text) => Some(parse_limit(text)?),
+        None => None,
+    };
+    let broker = hopper::connect(url).await?;
+    broker.set_rate_limit(&args.queue, limit).await?;
+    match limit {
+        Some(l) => println!("{}: at most {l} jobs start", args.queue),
+        None => println!("{}: no rate limit", args.queue),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_limit;
+
+    #[test]
+    fn limits_are_read_or_refused_by_name() {
+        let l = parse_limit("50/1s").unwrap();
+        assert_eq!((l.max, l.per.as_millis()), (50, 1000));
+        assert_eq!(parse_limit(" 10 / 500ms ").unwrap().to_string(), "10/500ms");
+        for bad in ["50", "x/1s", "50/soon", "0/1s", "5/0s", "-1/1s"] {
+            let e = parse_limit(bad).unwrap_err().to_string();
+            assert!(e.contains("rate limit"), "{bad}: {e}");
+        }
+    }
 }

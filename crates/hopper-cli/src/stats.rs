@@ -100,6 +100,7 @@ fn render(rows: &[QueueStatus]) -> String {
         "dead",
         "lag",
         "paused",
+        "limit",
         "consumers",
         "done/min",
         "failed/min",
@@ -116,6 +117,7 @@ fn render(rows: &[QueueStatus]) -> String {
             c.dead.to_string(),
             s.lag.map(span).unwrap_or_else(|| "-".into()),
             if s.paused { "yes" } else { "" }.to_owned(),
+            s.rate_limit.map_or_else(String::new, |l| l.to_string()),
             s.consumers.map_or_else(|| "-".into(), |n| n.to_string()),
             rate(s.last_minute, |t| t.completed),
             rate(s.last_minute, |t| t.failed),
@@ -144,6 +146,9 @@ fn json(s: &QueueStatus) -> serde_json::Value {
         "dead": s.counts.dead,
         "lag_ms": s.lag.map(|d| d.as_millis() as u64),
         "paused": s.paused,
+        "rate_limit": s.rate_limit.map(|l| {
+            serde_json::json!({"max": l.max, "per_ms": l.per.as_millis() as u64})
+        }),
         "consumers": s.consumers,
         "last_minute": throughput(s.last_minute),
         "last_hour": throughput(s.last_hour),

@@ -45,6 +45,10 @@ pub struct WorkArgs {
     /// attempt. `30s`, `5m`.
     #[arg(long)]
     timeout: Option<humantime::Duration>,
+    /// Let at most N jobs of each queue start per PERIOD, across every worker of the
+    /// broker (`50/1s`): set on the broker before the first fetch, and kept there.
+    #[arg(long, value_name = "N/PERIOD", value_parser = crate::queue::parse_limit)]
+    rate_limit: Option<hopper::RateLimit>,
     /// At SIGTERM or SIGINT, how long running commands may finish before they are killed.
     #[arg(long, default_value = "30s")]
     grace: humantime::Duration,
@@ -88,6 +92,9 @@ pub async fn run(url: &str, args: WorkArgs) -> Result<ExitCode> {
     }
     if let Some(t) = args.timeout {
         options = options.timeout(t.into());
+    }
+    if let Some(limit) = args.rate_limit {
+        options = options.rate_limit(limit);
     }
     if let Some(addr) = args.metrics {
         crate::metrics::serve(addr)?;

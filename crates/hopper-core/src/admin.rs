@@ -260,6 +260,9 @@ pub struct QueueStatus {
     /// workers report themselves leave it out: [`Broker::workers`](crate::Broker::workers)
     /// lists who works each queue.
     pub consumers: Option<u64>,
+    /// The queue's rate limit ([`Broker::set_rate_limit`](crate::Broker::set_rate_limit)),
+    /// where one is set.
+    pub rate_limit: Option<crate::RateLimit>,
 }
 
 /// How long the oldest due job waited, from its `run_at` and the broker's `now`.

@@ -91,6 +91,8 @@ pub struct NewJob {
     /// A key whose jobs in the queue run one at a time, in enqueue order
     /// ([`ordering_key`](NewJob::ordering_key)).
     pub ordering_key: Option<String>,
+    /// The group it is a member of ([`group`](NewJob::group)).
+    pub group: Option<String>,
 }
 
 impl NewJob {
@@ -105,6 +107,7 @@ impl NewJob {
             headers: BTreeMap::new(),
             unique: None,
             ordering_key: None,
+            group: None,
         }
     }
 
@@ -171,6 +174,16 @@ impl NewJob {
     /// ([`Capabilities::ordered`](crate::Capabilities::ordered)); see [`ordering`].
     pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
         self.ordering_key = Some(key.into());
+        self
+    }
+
+    /// Makes the job a member of `group`: once the group is sealed
+    /// ([`Broker::seal_group`](crate::Broker::seal_group)) and every member has completed,
+    /// died or been cancelled, the broker enqueues the group's completion job, once. See
+    /// [`group`](crate::group). Brokers that cannot count groups refuse the enqueue
+    /// ([`Capabilities::groups`](crate::Capabilities::groups)).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
         self
     }
 

@@ -8,6 +8,7 @@
 //! - [`broker`]: the [`Broker`] trait, fetch requests, settlements and capabilities.
 //! - [`prefetch`]: the fetch policies ([`Prefetch`]) and the adaptive [`AutoSizer`].
 //! - [`retry`]: [`RetryPolicy`], exponential backoff with jitter.
+//! - [`group`]: groups of jobs and their completion job.
 //! - [`schedule`]: periodic jobs ([`Schedule`]), by cron expression or interval.
 //! - [`worker`]: the [`Worker`] runtime: event loop, elastic pool, settlements, leases.
 //! - `metering`: the enqueue counter, and whether a metrics recorder is installed.
@@ -21,6 +22,7 @@ pub mod broker;
 pub mod clock;
 pub mod deadline;
 pub mod error;
+pub mod group;
 pub mod id;
 pub mod job;
 pub mod memory;
@@ -43,6 +45,7 @@ pub use broker::{
 pub use clock::{CONNECT_TIMEOUT, Clock, connect_within};
 pub use deadline::{answer_limit, answer_within};
 pub use error::{Chain, ConfigError, Error, Result};
+pub use group::{GroupOutcome, GroupStatus, enqueue_group};
 pub use job::{
     Enqueued, Job, JobCopy, JobId, LeaseId, Limits, Millis, NewJob, RunAt, UniqueKey, UniqueScope,
 };

@@ -52,13 +52,35 @@ impl RateLimit {
     }
 }
 
+/// `50/1s`: starts per window, the window in its largest whole unit (ms, s, m, h or d).
+impl std::fmt::Display for RateLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = self.per.as_millis();
+        let (n, unit) = [
+            (86_400_000, "d"),
+            (3_600_000, "h"),
+            (60_000, "m"),
+            (1_000, "s"),
+        ]
+        .into_iter()
+        .find(|(size, _)| ms % size == 0)
+        .map_or((ms, "ms"), |(size, unit)| (ms / size, unit));
+        write!(f, "{}/{n}{unit}", self.max)
+    }
+}
+
 /// A limited queue's window: its limit and the start times of its latest claims, oldest
-/// first.
+/// first, as (time, jobs) pairs: a claim of many jobs is one pair.
 #[derive(Debug, Clone)]
 pub struct Window {
     limit: RateLimit,
-    starts: VecDeque<Millis>,
+    starts: VecDeque<(Millis, u32)>,
+    /// Jobs over every pair.
+    total: usize,
 }
+
+/// Bytes of one (time, jobs) pair in [`Window::to_bytes`].
+const PAIR: usize = 12;
 
 impl Window {
     /// An empty window under `limit`.
@@ -66,6 +88,7 @@ impl Window {
         Window {
             limit,
             starts: VecDeque::new(),
+            total: 0,
         }
     }
 
@@ -74,26 +97,88 @@ impl Window {
         self.limit
     }
 
+    /// Keeps the window under a new limit: the starts already in it still count, so a
+    /// change never allows a burst.
+    pub fn set_limit(&mut self, limit: RateLimit) {
+        self.limit = limit;
+    }
+
     /// How many jobs may start at `now`: `max` less the starts within `per` before it.
     pub fn room(&mut self, now: Millis) -> usize {
-        let since = now - self.limit.per_ms();
-        while self.starts.front().is_some_and(|&t| t <= since) {
+        let since = now.saturating_sub(self.limit.per_ms());
+        while let Some(&(t, n)) = self.starts.front() {
+            if t > since {
+                break;
+            }
             self.starts.pop_front();
+            self.total -= n as usize;
         }
-        self.limit.max as usize - self.starts.len().min(self.limit.max as usize)
+        self.limit.max as usize - self.total.min(self.limit.max as usize)
     }
 
     /// Records `n` starts at `now` (at most the room [`room`](Self::room) gave).
     pub fn started(&mut self, n: usize, now: Millis) {
-        self.starts.extend(std::iter::repeat_n(now, n));
+        if n == 0 {
+            return;
+        }
+        let n = n.min(MAX_RATE as usize) as u32;
+        self.total += n as usize;
+        match self.starts.back_mut() {
+            Some((t, m)) if *t == now => *m += n,
+            _ => self.starts.push_back((now, n)),
+        }
     }
 
-    /// When the next job may start, while there is no room: the oldest start's time plus
-    /// `per`.
+    /// When the next job may start, while there is no room: when enough of the oldest
+    /// starts have left the window to make room for one.
     pub fn next_room(&self) -> Option<Millis> {
-        let full = self.starts.len() >= self.limit.max as usize;
-        full.then(|| self.starts.front().map(|&t| t + self.limit.per_ms()))
-            .flatten()
+        let max = self.limit.max as usize;
+        if self.total < max {
+            return None;
+        }
+        // Room for one needs the total below `max`: the starts up to the pair that brings
+        // it there must leave.
+        let mut left = self.total;
+        for &(t, n) in &self.starts {
+            left -= n as usize;
+            if left < max {
+                return Some(t + self.limit.per_ms());
+            }
+        }
+        None
+    }
+
+    /// The window as stored by brokers that keep it in a column: each pair as its time (8
+    /// bytes) then its jobs (4 bytes), little-endian, oldest first.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.starts.len() * PAIR);
+        for &(t, n) in &self.starts {
+            out.extend_from_slice(&t.to_le_bytes());
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        out
+    }
+
+    /// A window under `limit` from what [`to_bytes`](Self::to_bytes) stored. Bytes that
+    /// are not a whole number of pairs, or pairs out of order, were not written by a
+    /// broker: they are refused rather than read as starts that never happened.
+    pub fn from_bytes(limit: RateLimit, bytes: &[u8]) -> Result<Self, String> {
+        if bytes.len() % PAIR != 0 {
+            return Err(format!(
+                "a rate window of {} bytes, not a whole number of {PAIR}-byte starts",
+                bytes.len()
+            ));
+        }
+        let mut w = Window::new(limit);
+        for pair in bytes.chunks_exact(PAIR) {
+            let t = Millis::from_le_bytes(pair[..8].try_into().expect("8 bytes"));
+            let n = u32::from_le_bytes(pair[8..].try_into().expect("4 bytes"));
+            if w.starts.back().is_some_and(|&(last, _)| last > t) {
+                return Err(format!("a rate window whose starts go back in time at {t}"));
+            }
+            w.started(n as usize, t);
+        }
+        Ok(w)
     }
 }
 
@@ -114,6 +199,52 @@ mod tests {
         w.started(2, 100);
         assert_eq!((w.room(149), w.next_room()), (0, Some(150)));
         assert_eq!(w.room(150), 1);
+    }
+
+    #[test]
+    fn next_room_waits_for_enough_starts_to_leave() {
+        let limit = RateLimit::new(5, Duration::from_millis(100)).unwrap();
+        let mut w = Window::new(limit);
+        w.started(1, 10);
+        w.started(2, 20);
+        w.started(2, 30);
+        assert_eq!((w.room(40), w.next_room()), (0, Some(110)));
+        // Lowered to 3: the 1 at 10 and the 2 at 20 must leave before one more may start.
+        w.set_limit(RateLimit::new(3, Duration::from_millis(100)).unwrap());
+        assert_eq!((w.room(40), w.next_room()), (0, Some(120)));
+        assert_eq!(w.room(119), 0);
+        assert_eq!(w.room(120), 1);
+    }
+
+    #[test]
+    fn the_stored_form_keeps_every_start_and_refuses_garbage() {
+        let limit = RateLimit::new(10, Duration::from_millis(100)).unwrap();
+        let mut w = Window::new(limit);
+        w.started(3, -5);
+        w.started(2, -5);
+        w.started(4, 70);
+        let bytes = w.to_bytes();
+        assert_eq!(bytes.len(), 24, "a claim at the same time joins its pair");
+        let mut back = Window::from_bytes(limit, &bytes).unwrap();
+        assert_eq!(back.room(80), 1);
+        assert_eq!(back.room(95), 6, "the 5 at -5 left at 95");
+        assert!(Window::from_bytes(limit, &bytes[..13]).is_err());
+        let mut late_first = bytes[12..].to_vec();
+        late_first.extend_from_slice(&bytes[..12]);
+        assert!(Window::from_bytes(limit, &late_first).is_err());
+    }
+
+    #[test]
+    fn a_limit_reads_as_starts_per_window() {
+        let shown = |max, ms| {
+            RateLimit::new(max, Duration::from_millis(ms))
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(shown(50, 1_000), "50/1s");
+        assert_eq!(shown(3, 1_500), "3/1500ms");
+        assert_eq!(shown(10, 120_000), "10/2m");
+        assert_eq!(shown(1, 86_400_000), "1/1d");
     }
 
     #[test]

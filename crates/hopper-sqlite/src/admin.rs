@@ -301,6 +301,7 @@ pub(crate) fn stats(
         last_hour: Some(last_hour),
         bound,
         consumers: None,
+        rate_limit: None,
     })
 }
 

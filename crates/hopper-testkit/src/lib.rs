@@ -93,6 +93,8 @@ macro_rules! broker_suite {
             unique_keys,
             snooze_is_attempt_neutral,
             ordered_keys,
+            rate_limits,
+            groups,
         );
 
         #[$crate::__private::tokio::test(
@@ -120,6 +122,15 @@ macro_rules! broker_suite {
         )]
         async fn ordered_keys_racing_claimers() {
             $crate::cases::ordered_keys_racing_claimers(($factory)().await).await;
+        }
+
+        #[$crate::__private::tokio::test(
+            crate = "hopper_testkit::__private::tokio",
+            flavor = "multi_thread",
+            worker_threads = 4
+        )]
+        async fn rate_limit_racing_claimers() {
+            $crate::cases::rate_limit_racing_claimers(($factory)().await).await;
         }
     };
     (@paused $factory:expr; $($case:ident,)*) => {
@@ -168,6 +179,7 @@ macro_rules! worker_suite {
             periodic_slots_enqueued_once,
             ordered_keys_run_in_order,
             rate_limit_holds_across_workers,
+            group_completes_once,
         );
     };
 }

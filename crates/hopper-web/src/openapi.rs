@@ -35,6 +35,7 @@ use crate::{actions, api, error, timeline, views};
         views::QueueDetail,
         views::BucketView,
         views::Rates,
+        views::RateLimitView,
         views::PageView,
         views::JobView,
         views::AttemptView,

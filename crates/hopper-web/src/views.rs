@@ -45,6 +45,15 @@ pub struct QueueView {
     /// Absent where the broker keeps no throughput.
     pub last_minute: Option<Rates>,
     pub last_hour: Option<Rates>,
+    /// At most `max` of its jobs start in any window of `per_ms`; absent without a limit.
+    pub rate_limit: Option<RateLimitView>,
+}
+
+/// A queue's rate limit.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct RateLimitView {
+    pub max: u32,
+    pub per_ms: u64,
 }
 
 impl From<QueueStatus> for QueueView {
@@ -61,6 +70,10 @@ impl From<QueueStatus> for QueueView {
             consumers: s.consumers,
             last_minute: s.last_minute.map(Rates::from),
             last_hour: s.last_hour.map(Rates::from),
+            rate_limit: s.rate_limit.map(|l| RateLimitView {
+                max: l.max,
+                per_ms: l.per.as_millis() as u64,
+            }),
         }
     }
 }

@@ -109,6 +109,7 @@ impl AmqpBroker {
             last_hour: None,
             bound: None,
             consumers: Some(main.map_or(0, |(_, consumers)| consumers)),
+            rate_limit: None,
         })
     }
 

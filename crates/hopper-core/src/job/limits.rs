@@ -11,6 +11,7 @@
 //! | header names | 1 to [`MAX_HEADER_NAME`] bytes, no NUL |
 //! | header values | no NUL; names and values together at most [`MAX_HEADERS_BYTES`] |
 //! | ordering key | 1 to [`MAX_ORDERING_KEY`] bytes, no NUL; not with a unique key |
+//! | group | 1 to [`MAX_GROUP`](crate::group::MAX_GROUP) bytes, no NUL; not with a unique or ordering key |
 //! | unique key | 1 to [`MAX_UNIQUE_KEY`](super::MAX_UNIQUE_KEY) bytes, no NUL; a period of more than 0 and at most [`MAX_DELAY`] |
 //! | payload | at most [`Limits::max_payload`], [`DEFAULT_MAX_PAYLOAD`] unless the broker is told otherwise |
 
@@ -152,6 +153,13 @@ impl NewJob {
             if self.unique.is_some() {
                 let allowed = "no unique key on the same job";
                 return Err(ConfigError::new("ordering_key", key.escape_debug(), allowed).into());
+            }
+        }
+        if let Some(group) = &self.group {
+            crate::group::validate_group(group)?;
+            if self.unique.is_some() || self.ordering_key.is_some() {
+                let allowed = "no unique or ordering key on a member of a group";
+                return Err(ConfigError::new("group", group.escape_debug(), allowed).into());
             }
         }
         self.validate_headers()

@@ -16,7 +16,7 @@ use crate::registry::windows;
 /// A job of the listed state, borrowed from the broker's state.
 enum Found<'a> {
     Waiting(&'a Job),
-    Held(Job),
+    Held(Job, Millis),
     Done(&'a JobRecord),
 }
 
@@ -74,7 +74,7 @@ impl MemoryBroker {
                             sub: 0,
                             id: job.id,
                         };
-                        found.push((cursor, Found::Held(job)));
+                        found.push((cursor, Found::Held(job, held.started)));
                     }
                 }
             }
@@ -113,7 +113,7 @@ impl MemoryBroker {
             .into_iter()
             .map(|(_, f)| match f {
                 Found::Waiting(job) => st.record(job.clone(), JobState::Pending, None),
-                Found::Held(job) => st.record(job, JobState::Leased, None),
+                Found::Held(job, started) => st.record_held(job, started),
                 Found::Done(rec) => rec.clone(),
             })
             .collect();
@@ -200,6 +200,7 @@ impl MemoryBroker {
                 .map(|h| st.names[h.queue as usize].to_string()),
         );
         names.extend(st.paused.iter().cloned());
+        names.extend(st.windows.keys().cloned());
         names.into_iter().collect()
     }
 
@@ -221,6 +222,7 @@ impl MemoryBroker {
             last_hour: Some(last_hour),
             bound: None,
             consumers: None,
+            rate_limit: st.windows.get(queue).map(|w| w.limit()),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! them exactly as the durable brokers do.
 
 mod admin;
+mod groups;
 mod ordering;
 mod queue;
 mod registry;
@@ -31,8 +32,9 @@ use crate::broker::{
 };
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::job::{Enqueued, Job, JobCopy, JobId, LeaseId, Millis, earlier_with_key, is_blocked};
+use crate::job::{Enqueued, JobCopy, JobId, LeaseId, Millis, NewJob, earlier_with_key, is_blocked};
 use crate::registry::{Bucket, WorkerBeat, WorkerInfo};
+use groups::Ended;
 use state::{Held, Lease, State, status};
 pub use topic::{Subscription, Topic};
 
@@ -109,6 +111,7 @@ impl Broker for MemoryBroker {
             .with_unique()
             .with_ordered()
             .with_rate_limits()
+            .with_groups()
     }
 
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
@@ -120,6 +123,7 @@ impl Broker for MemoryBroker {
         };
         {
             let mut st = self.state();
+            st.groups.check_open(&jobs)?;
             for (i, mut new) in jobs.into_iter().enumerate() {
                 if let Some(&Some(first)) = earlier.get(i) {
                     ids.push(Enqueued::existing(ids[first].id));
@@ -133,32 +137,12 @@ impl Broker for MemoryBroker {
                         continue;
                     }
                 }
-                let id = JobId(st.next_id);
-                st.next_id += 1;
-                let mut run_at = new.run_at_millis(now);
-                if let Some(key) = new.ordering_key.take() {
-                    run_at = st.lines.enter(&new.queue, key, id, run_at);
-                }
-                let job = Job {
-                    id,
-                    queue: new.queue,
-                    payload: new.payload,
-                    priority: new.priority,
-                    run_at,
-                    attempt: 0,
-                    max_attempts: new.max_attempts,
-                    headers: new.headers,
-                    created_at: now,
-                    lease: LeaseId(0),
-                };
-                if let Some(u) = unique {
+                let queue = unique.as_ref().map(|_| new.queue.clone());
+                let id = st.store(new, now);
+                if let (Some(u), Some(queue)) = (unique, queue) {
                     let st = &mut *st;
                     let (holds, leased, finished) = (&mut st.holds, &st.leased, &st.finished);
-                    holds.hold(&job.queue, u, id, now, |id| status(leased, finished, id));
-                }
-                match st.queues.get_mut(&job.queue) {
-                    Some(q) => q.push(job, now),
-                    None => st.queue(&job.queue).push(job, now),
+                    holds.hold(&queue, u, id, now, |id| status(leased, finished, id));
                 }
                 ids.push(Enqueued::stored(id));
             }
@@ -203,6 +187,7 @@ impl Broker for MemoryBroker {
                         let held = Held {
                             copy: JobCopy::new(&job),
                             queue: q.index,
+                            started: now,
                         };
                         st.leased.insert(job.id, held);
                         jobs.push(job);
@@ -276,6 +261,7 @@ impl Broker for MemoryBroker {
                     }
                     st.holds.gone(s.job);
                     requeued |= st.leave_line(s.job, now);
+                    requeued |= st.end_member(s.job, Ended::Succeeded, now);
                     continue;
                 }
                 let mut job = st.job_of(held);
@@ -353,7 +339,7 @@ impl Broker for MemoryBroker {
         let st = self.state();
         if let Some(held) = st.leased.get(&id) {
             let job = held.copy.to_job(&st.names[held.queue as usize]);
-            return Ok(Some(st.record(job, JobState::Leased, None)));
+            return Ok(Some(st.record_held(job, held.started)));
         }
         if let Some(rec) = st.finished.get(&id) {
             return Ok(Some(rec.clone()));
@@ -390,11 +376,14 @@ impl Broker for MemoryBroker {
         let index = st.name_index(queue);
         st.holds.purged(queue);
         st.lines.purged(queue);
+        let mut purged = Vec::new();
         if let Some(q) = st.queues.remove(queue) {
             gone += (q.ready_len + q.delayed.len() + q.dead.len()) as u64;
             for id in q.dead {
                 st.finished.remove(&id);
             }
+            let waiting = q.ready.values().flatten().chain(q.delayed.values());
+            purged.extend(waiting.map(|j| j.id));
         }
         let held: Vec<JobId> = st
             .leased
@@ -405,8 +394,19 @@ impl Broker for MemoryBroker {
         for id in held {
             if let Some(job) = st.leased.remove(&id) {
                 st.release_lease_slots(job.lease(), 1);
+                purged.push(id);
                 gone += 1;
             }
+        }
+        // Purged members count as cancelled: their groups may complete.
+        let now = self.inner.clock.now_millis();
+        let mut fired = false;
+        for id in purged {
+            fired |= st.end_member(id, Ended::Cancelled, now);
+        }
+        drop(st);
+        if fired {
+            self.wake();
         }
         Ok(gone)
     }
@@ -429,15 +429,46 @@ impl Broker for MemoryBroker {
         Ok(self.pause(queue, paused))
     }
 
+    async fn seal_group(
+        &self,
+        group: &str,
+        completion: NewJob,
+    ) -> Result<crate::group::GroupStatus> {
+        crate::group::validate_completion(group, &completion)?;
+        let now = self.inner.clock.now_millis();
+        let mut st = self.state();
+        let fired = match st.groups.seal(group, completion)? {
+            Some((place, job)) => {
+                let id = st.store(job, now);
+                st.groups.fired(place, id);
+                true
+            }
+            None => false,
+        };
+        let status = st.groups.status(group).expect("sealed above");
+        drop(st);
+        if fired {
+            self.wake();
+        }
+        Ok(status)
+    }
+
+    async fn group(&self, group: &str) -> Result<Option<crate::group::GroupStatus>> {
+        crate::group::validate_group(group)?;
+        Ok(self.state().groups.status(group))
+    }
+
     async fn set_rate_limit(&self, queue: &str, limit: Option<crate::RateLimit>) -> Result<()> {
         crate::job::validate_queue_name(queue)?;
         let mut st = self.state();
         match limit {
-            // The same limit again keeps its window: setting it must not allow a burst.
-            Some(limit) if st.windows.get(queue).is_some_and(|w| w.limit() == limit) => {}
+            // A limit set again, or changed, keeps its window: setting one must not allow
+            // a burst.
             Some(limit) => {
                 st.windows
-                    .insert(queue.to_owned(), crate::rate::Window::new(limit));
+                    .entry(queue.to_owned())
+                    .and_modify(|w| w.set_limit(limit))
+                    .or_insert_with(|| crate::rate::Window::new(limit));
             }
             None => {
                 st.windows.remove(queue);

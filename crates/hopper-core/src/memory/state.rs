@@ -4,10 +4,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use super::groups::Ended;
 use super::queue::MemQueue;
 use crate::admin::{AttemptError, ERROR_HISTORY, bounded_error};
 use crate::broker::{JobRecord, JobState};
-use crate::job::{IdMap, Job, JobCopy, JobId, LeaseId, Millis, is_blocked, own_run_at};
+use crate::job::{IdMap, Job, JobCopy, JobId, LeaseId, Millis, NewJob, is_blocked, own_run_at};
 
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -28,6 +29,8 @@ pub(super) struct State {
     pub(super) holds: super::unique::Holds,
     /// Ordering keys and their unfinished jobs.
     pub(super) lines: super::ordering::Lines,
+    /// Groups and their unsettled members.
+    pub(super) groups: super::groups::Groups,
     /// The windows of rate-limited queues.
     pub(super) windows: HashMap<String, crate::rate::Window>,
     pub(super) next_reap: Millis,
@@ -42,6 +45,8 @@ pub(super) struct State {
 pub(super) struct Held {
     pub(super) copy: JobCopy,
     pub(super) queue: u32,
+    /// When it was claimed: its attempt's start.
+    pub(super) started: Millis,
 }
 
 impl Held {
@@ -182,6 +187,13 @@ impl State {
         }
     }
 
+    /// A record of a leased `job`, claimed at `started`.
+    pub(super) fn record_held(&self, job: Job, started: Millis) -> JobRecord {
+        let mut record = self.record(job, JobState::Leased, None);
+        record.started_at = Some(started);
+        record
+    }
+
     /// Keeps `job` as finished in `state` (dead or cancelled), for inspection, and
     /// unblocks the next job of its ordering key: whether one was.
     pub(super) fn finish(&mut self, job: Job, state: JobState, now: Millis) -> bool {
@@ -194,7 +206,53 @@ impl State {
             self.errors.remove(&id);
         }
         self.finished.insert(id, record);
-        self.leave_line(id, now)
+        let next = self.leave_line(id, now);
+        let how = match state {
+            JobState::Dead => Ended::Dead,
+            _ => Ended::Cancelled,
+        };
+        self.end_member(id, how, now) | next
+    }
+
+    /// Stores a new job (its unique key, if any, is the caller's to hold): its id.
+    pub(super) fn store(&mut self, mut new: NewJob, now: Millis) -> JobId {
+        let id = JobId(self.next_id);
+        self.next_id += 1;
+        let mut run_at = new.run_at_millis(now);
+        if let Some(key) = new.ordering_key.take() {
+            run_at = self.lines.enter(&new.queue, key, id, run_at);
+        }
+        if let Some(group) = new.group.take() {
+            self.groups.join(&group, id);
+        }
+        let job = Job {
+            id,
+            queue: new.queue,
+            payload: new.payload,
+            priority: new.priority,
+            run_at,
+            attempt: 0,
+            max_attempts: new.max_attempts,
+            headers: new.headers,
+            created_at: now,
+            lease: LeaseId(0),
+        };
+        match self.queues.get_mut(&job.queue) {
+            Some(q) => q.push(job, now),
+            None => self.queue(&job.queue).push(job, now),
+        }
+        id
+    }
+
+    /// Counts a member of a group as settled, and enqueues the group's completion job when
+    /// it was the last: whether it did.
+    pub(super) fn end_member(&mut self, id: JobId, how: Ended, now: Millis) -> bool {
+        let Some((group, completion)) = self.groups.ended(id, how) else {
+            return false;
+        };
+        let id = self.store(completion, now);
+        self.groups.fired(group, id);
+        true
     }
 
     /// Takes a job that completed, died, was cancelled or purged off its key, and unblocks

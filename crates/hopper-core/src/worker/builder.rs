@@ -267,6 +267,13 @@ impl WorkerBuilder {
                     "more than zero (or no timeout)",
                 ));
             }
+            if o.rate_limit.is_some() && !self.broker.capabilities().rate_limits {
+                return Err(ConfigError::new(
+                    format!("rate limit of queue {}", q.name),
+                    format!("on the {} broker", self.broker.capabilities().name),
+                    "a broker that keeps rate limits (memory, SQLite, PostgreSQL, MySQL)",
+                ));
+            }
             if let Some((size, _)) = o.batch {
                 if size == 0 {
                     return Err(ConfigError::new(

@@ -16,6 +16,7 @@ pub struct QueueOptions {
     pub(crate) pop_ahead: bool,
     pub(crate) batch: Option<(usize, Duration)>,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) rate_limit: Option<crate::RateLimit>,
 }
 
 impl Default for QueueOptions {
@@ -27,6 +28,7 @@ impl Default for QueueOptions {
             pop_ahead: false,
             batch: None,
             timeout: None,
+            rate_limit: None,
         }
     }
 }
@@ -76,6 +78,17 @@ impl QueueOptions {
     /// blocks its thread cannot be stopped, so keep blocking work in `spawn_blocking`.
     pub fn timeout(mut self, limit: Duration) -> Self {
         self.timeout = Some(limit);
+        self
+    }
+
+    /// Limits how many of this queue's jobs start, across every worker of the broker: the
+    /// worker sets `limit` on the broker ([`Broker::set_rate_limit`](crate::Broker::set_rate_limit))
+    /// before its first fetch, so the broker keeps one window for every process. Without
+    /// it the worker leaves the queue's limit as it is (set by another worker, or by
+    /// `hopper queue limit`). Refused at start on a broker without
+    /// [`Capabilities::rate_limits`](crate::Capabilities::rate_limits).
+    pub fn rate_limit(mut self, limit: crate::RateLimit) -> Self {
+        self.rate_limit = Some(limit);
         self
     }
 

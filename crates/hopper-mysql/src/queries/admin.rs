@@ -324,6 +324,7 @@ pub(crate) async fn queue_status(
         last_hour: Some(last_hour),
         bound,
         consumers: None,
+        rate_limit: None,
     })
 }
 

@@ -134,6 +134,7 @@ impl PgBroker {
             last_hour: Some(last_hour),
             bound,
             consumers: None,
+            rate_limit: None,
         })
     }
 }

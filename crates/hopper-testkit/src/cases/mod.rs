@@ -1,9 +1,9 @@
 //! The cases. Each takes a fresh, empty broker built on
 //! [`Clock::tokio`](hopper_core::Clock::tokio) and panics with a message naming what
-//! differed. All but [`concurrent_claimers`], [`unique_keys_racing_producers`] and
-//! [`ordered_keys_racing_claimers`] expect a current-thread runtime whose clock is paused
+//! differed. All but [`concurrent_claimers`], [`unique_keys_racing_producers`],
+//! [`ordered_keys_racing_claimers`] and [`rate_limit_racing_claimers`] expect a current-thread runtime whose clock is paused
 //! (`#[tokio::test(start_paused = true)]`), since they move time with
-//! `tokio::time::advance`; those three expect a multi-thread
+//! `tokio::time::advance`; those four expect a multi-thread
 //! runtime in real time. [`broker_suite!`](crate::broker_suite) sets both up.
 //!
 //! The cases live in files by area and are re-exported here, so each is
@@ -16,14 +16,18 @@
 //! - `admin`: listings by cursor, error histories, re-drives, pauses, statistics;
 //! - `registry`: live workers and throughput buckets;
 //! - `unique`: unique keys, under racing producers too, and snoozing;
-//! - `ordering`: ordering keys, under racing producers and claimers too.
+//! - `ordering`: ordering keys, under racing producers and claimers too;
+//! - `rate`: rate limits, under racing claimers too;
+//! - `groups`: groups and their completion job.
 
 mod admin;
 mod enqueue;
 mod fetch;
+mod groups;
 mod inspect;
 mod leases;
 mod ordering;
+mod rate;
 mod registry;
 mod settle;
 mod unique;
@@ -40,9 +44,11 @@ pub use fetch::{
     concurrent_claimers, delayed_jobs, fetch_capped_by_limit, fetch_order, one_lease_per_fetch,
     per_queue_budgets,
 };
+pub use groups::groups;
 pub use inspect::{cancel, purge_removes_every_state};
 pub use leases::{expiry_on_final_attempt, lease_expiry_and_fencing, lease_renewal};
 pub use ordering::{ordered_keys, ordered_keys_racing_claimers};
+pub use rate::{rate_limit_racing_claimers, rate_limits};
 pub use registry::workers_and_throughput;
 pub use settle::{
     dead_letters, payloads_survive_every_return, release_is_attempt_neutral, retry_counts_attempts,

@@ -21,6 +21,7 @@
 
 mod batch;
 mod control;
+mod groups;
 mod ordering;
 mod periodic;
 mod rate;
@@ -29,6 +30,7 @@ mod stop;
 
 pub use batch::batch_sizes;
 pub use control::{cancel_before_start, pause_and_resume, worker_listed_while_running};
+pub use groups::group_completes_once;
 pub use ordering::ordered_keys_run_in_order;
 pub use periodic::periodic_slots_enqueued_once;
 pub use rate::rate_limit_holds_across_workers;

@@ -9,6 +9,7 @@ use hopper_core::{Broker, JobContext, JobState, Prefetch, QueueCounts, QueueOpti
 
 use super::{Gate, PATIENCE, Runs, Target, builder, choose_clock, counts, skip_for, wait_for};
 use crate::helpers::enqueue_n;
+use crate::workers::Connect;
 
 /// 12 jobs, a worker at concurrency 1 with a window of 6: one job runs (held at a gate)
 /// and 5 wait unstarted when the stop begins. The stop hands the 5 back (on a pulled
@@ -187,11 +188,96 @@ struct Rescue {
 const CRASH_JOBS: usize = 12;
 const CRASH_WINDOW: usize = 6;
 
-/// 12 jobs; a worker on a broker of its own (`Target::connect`), on a runtime and thread of
-/// its own, with a 1 s lease, concurrency 4 and a window of 6, starts 4 handlers that never
-/// return, holds 2 more, and its runtime is dropped: no stop, no settlement, its
-/// connections cut. A second worker on the test's broker then runs all 12. In real time on
-/// every broker: the doomed runtime has a clock of its own.
+/// A worker on a broker of its own (`Target::connect`), on a runtime and thread of its
+/// own, with a 1 s lease, concurrency 4 and a window of [`CRASH_WINDOW`]: it starts 4
+/// handlers that never return, holds 2 more, and when killed its runtime is dropped: no
+/// stop, no settlement, its connections cut. In real time on every broker: the doomed
+/// runtime has a clock of its own.
+pub(super) struct Doomed {
+    started: Arc<Mutex<BTreeSet<u64>>>,
+    ready: tokio::sync::oneshot::Receiver<usize>,
+    go: tokio::sync::oneshot::Sender<()>,
+    gone: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl Doomed {
+    pub(super) fn start(connect: Connect, queue: String) -> Self {
+        let started = Arc::new(Mutex::new(BTreeSet::new()));
+        let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let (go, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let (tx, gone) = tokio::sync::oneshot::channel();
+        let mark = started.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the doomed worker");
+            runtime.block_on(async move {
+                let broker = connect().await;
+                // A pushed broker's server hands the window to the subscription, which
+                // passes on only what free slots ask for: the 2 jobs past the 4 running
+                // may wait in the subscription rather than in the worker's buffer, so the
+                // server's count tells what is held.
+                let pushed = broker.capabilities().pushed;
+                let worker = Worker::builder(broker)
+                    .lease_ttl(Duration::from_secs(1))
+                    .poll_interval(Duration::from_millis(50))
+                    .queue(
+                        queue,
+                        QueueOptions::new()
+                            .concurrency(4)
+                            .prefetch(Prefetch::Fixed(CRASH_WINDOW)),
+                        move |job: JobContext<u64>| {
+                            mark.lock().unwrap().insert(job.payload);
+                            std::future::pending::<hopper_core::JobResult>()
+                        },
+                    )
+                    .start()
+                    .expect("start the doomed worker");
+                let s = wait_for(&worker, "the doomed worker to hold its window", |s| {
+                    s.running == 4 && (pushed || s.buffered == CRASH_WINDOW - 4)
+                })
+                .await;
+                let _ = ready_tx.send(s.running + s.buffered);
+                let _ = go_rx.await;
+                // Past the first renewal (a third of the lease), so the crash is not
+                // merely before any extension.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                drop(worker); // The handle only: the worker runs on until its runtime goes.
+            });
+            // The runtime drops here with the worker, its tasks and its broker inside it.
+            drop(runtime);
+            let _ = tx.send(());
+        });
+        Doomed {
+            started,
+            ready,
+            go,
+            gone,
+        }
+    }
+
+    /// Waits until the doomed worker holds its window: how many jobs it holds.
+    pub(super) async fn holding(&mut self) -> usize {
+        (&mut self.ready)
+            .await
+            .expect("the doomed worker's thread panicked")
+    }
+
+    /// Kills it; returns the payloads whose handler it had started.
+    pub(super) async fn kill(self) -> BTreeSet<u64> {
+        self.go
+            .send(())
+            .expect("the doomed worker waits for the go");
+        self.gone
+            .await
+            .expect("the doomed worker's thread panicked");
+        self.started.lock().unwrap().clone()
+    }
+}
+
+/// 12 jobs; a [`Doomed`] worker holds 6 of them and dies. A second worker on the test's
+/// broker then runs all 12.
 async fn crash_and_rescue(target: Target) -> Rescue {
     let Target {
         broker,
@@ -199,52 +285,9 @@ async fn crash_and_rescue(target: Target) -> Rescue {
         queue,
     } = target;
     enqueue_n(&broker, &queue, CRASH_JOBS).await;
-    // A pushed broker's server hands the window to the subscription, which passes on only
-    // what free slots ask for: the 2 jobs past the 4 running may wait in the subscription
-    // rather than in the worker's buffer, so the server's count tells what is held.
     let pushed = broker.capabilities().pushed;
-    let started = Arc::new(Mutex::new(BTreeSet::new()));
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let (q, mark) = (queue.clone(), started.clone());
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime for the doomed worker");
-        runtime.block_on(async move {
-            let worker = Worker::builder(connect().await)
-                .lease_ttl(Duration::from_secs(1))
-                .poll_interval(Duration::from_millis(50))
-                .queue(
-                    q,
-                    QueueOptions::new()
-                        .concurrency(4)
-                        .prefetch(Prefetch::Fixed(CRASH_WINDOW)),
-                    move |job: JobContext<u64>| {
-                        mark.lock().unwrap().insert(job.payload);
-                        std::future::pending::<hopper_core::JobResult>()
-                    },
-                )
-                .start()
-                .expect("start the doomed worker");
-            let s = wait_for(&worker, "the doomed worker to hold its window", |s| {
-                s.running == 4 && (pushed || s.buffered == CRASH_WINDOW - 4)
-            })
-            .await;
-            let _ = ready_tx.send(s.running + s.buffered);
-            let _ = go_rx.await;
-            // Past the first renewal (a third of the lease), so the crash is not merely
-            // before any extension.
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            drop(worker); // The handle only: the worker runs on until its runtime goes.
-        });
-        // The runtime drops here with the worker, its tasks and its broker inside it.
-        drop(runtime);
-        let _ = tx.send(());
-    });
-    let mut held = ready_rx.await.expect("the doomed worker's thread panicked");
+    let mut doomed = Doomed::start(connect, queue.clone());
+    let mut held = doomed.holding().await;
     if pushed {
         // What the server pushed to the doomed worker's subscription: every job no longer
         // ready in the queue.
@@ -252,8 +295,7 @@ async fn crash_and_rescue(target: Target) -> Rescue {
         let c = wait_until(&broker, &queue, "the server to push the window", ready).await;
         held = CRASH_JOBS - c.pending as usize;
     }
-    go_tx.send(()).expect("the doomed worker waits for the go");
-    rx.await.expect("the doomed worker's thread panicked");
+    let started = doomed.kill().await;
     let after_crash = counts(&broker, &queue).await;
 
     let runs = Runs::default();
@@ -280,7 +322,6 @@ async fn crash_and_rescue(target: Target) -> Rescue {
         (0, 0, 0, 0),
         "pending / scheduled / leased / dead after the rescue"
     );
-    let started = started.lock().unwrap().clone();
     Rescue {
         started,
         held,

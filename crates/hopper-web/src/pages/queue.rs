@@ -64,6 +64,11 @@ pub(crate) async fn queue(
         h1 {
             (queue)
             @if status.paused { span.badge.paused { "paused" } }
+            @if let Some(limit) = status.rate_limit {
+                span.badge title="at most this many jobs start per window, across every worker" {
+                    "limit " (limit)
+                }
+            }
         }
         (counts(&status))
         @if !app.read_only { (queue_actions(&app, &status)) }

@@ -96,6 +96,9 @@ pub(super) struct Intake {
     pub(super) next_poll: Option<Instant>,
     /// When the earliest job a fetch saw scheduled comes due.
     pub(super) next_due: Option<Instant>,
+    /// The queues' rate limits, set on the broker before every fetch until one succeeds,
+    /// so that no job is claimed before its queue's limit holds.
+    pub(super) limits_to_set: std::sync::Arc<[(String, crate::RateLimit)]>,
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -123,6 +126,7 @@ impl Intake {
             wake,
             next_poll: None,
             next_due: None,
+            limits_to_set: std::sync::Arc::new([]),
         }
     }
 
@@ -247,6 +251,9 @@ impl Intake {
         match result {
             Ok(f) => {
                 self.backoff = FIRST_BACKOFF;
+                if !self.limits_to_set.is_empty() {
+                    self.limits_to_set = std::sync::Arc::new([]);
+                }
                 Some(f)
             }
             Err(e) => {
@@ -366,7 +373,11 @@ impl EventLoop {
             "hopper.asked" = request.total(),
             "messaging.batch.message_count" = tracing::field::Empty,
         );
+        let limits = self.intake.limits_to_set.clone();
         let fetch = async move {
+            for (queue, limit) in limits.iter() {
+                broker.set_rate_limit(queue, Some(*limit)).await?;
+            }
             let result = broker.fetch(request).await;
             if let Ok(f) = &result {
                 tracing::Span::current().record("messaging.batch.message_count", f.jobs.len());

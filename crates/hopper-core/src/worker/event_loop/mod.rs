@@ -168,8 +168,13 @@ impl EventLoop {
             report: Box::new(move |r| reports.send(Event::TaskDone(r)).is_ok()),
         });
         let wake = broker.wake_signal();
+        let mut intake = Intake::new(Mode::of(&caps), wake);
+        intake.limits_to_set = queues
+            .iter()
+            .filter_map(|q| Some((q.name.clone(), q.opts.rate_limit?)))
+            .collect();
         EventLoop {
-            intake: Intake::new(Mode::of(&caps), wake),
+            intake,
             leases,
             dispatch: Dispatcher::default(),
             tasks: Tasks::new(ctx, limit),
