@@ -52,6 +52,10 @@ pub struct EnqueueArgs {
     /// order they were enqueued (from standard input: in line order).
     #[arg(long, value_name = "KEY", conflicts_with = "unique_key")]
     ordering_key: Option<String>,
+    /// A group: the jobs join it, and once it is sealed (`hopper group seal`) and every
+    /// member has settled, its completion job is enqueued.
+    #[arg(long, value_name = "GROUP", conflicts_with_all = ["unique_key", "ordering_key"])]
+    group: Option<String>,
 }
 
 /// Reads the jobs, enqueues them in chunks, prints their ids, one a line.
@@ -135,6 +139,9 @@ fn template(args: &EnqueueArgs) -> Result<NewJob> {
     if let Some(key) = &args.ordering_key {
         job = job.ordering_key(key);
     }
+    if let Some(group) = &args.group {
+        job = job.group(group);
+    }
     job.validate()?;
     Ok(job)
 }
@@ -157,7 +164,7 @@ fn unique_scope(text: &str) -> Result<UniqueScope> {
 }
 
 /// `text` as a payload, if it is JSON; `what` names it in the refusal.
-fn json_payload(what: &str, text: &str) -> Result<Vec<u8>> {
+pub fn json_payload(what: &str, text: &str) -> Result<Vec<u8>> {
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(_) => Ok(text.trim().as_bytes().to_vec()),
         Err(e) => Err(ConfigError::new(what, text, format!("JSON ({e})")).into()),

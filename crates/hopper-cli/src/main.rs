@@ -22,6 +22,7 @@ mod cron;
 mod dead;
 mod demo;
 mod enqueue;
+mod group;
 mod jobs;
 mod load;
 mod metrics;
@@ -92,10 +93,15 @@ enum Command {
         #[command(subcommand)]
         command: dead::DeadCommand,
     },
-    /// Pause, resume or purge a queue.
+    /// Pause, resume, purge or rate-limit a queue.
     Queue {
         #[command(subcommand)]
         command: queue::QueueCommand,
+    },
+    /// Groups of jobs: seal one with its completion job, or show how its members did.
+    Group {
+        #[command(subcommand)]
+        command: group::GroupCommand,
     },
     /// Periodic jobs: the schedules live workers hold, with their next and latest slots.
     Cron {
@@ -169,6 +175,7 @@ fn main() -> ExitCode {
             Command::Dead { command } => dead::run(&cli.broker, command).await,
             Command::Queue { command } => queue::run(&cli.broker, command).await,
             Command::Cron { command } => cron::run(&cli.broker, command).await,
+            Command::Group { command } => group::run(&cli.broker, command).await,
             Command::Serve(args) => serve::run(&cli.broker, args).await,
             Command::Work(args) => work::run(&cli.broker, args).await,
             Command::Workers(args) => workers::run(&cli.broker, args).await,

@@ -304,6 +304,25 @@ pub trait Broker: Send + Sync + Debug + 'static {
         Err(self.not_supported("groups"))
     }
 
+    /// Enqueues `members` into `group`, [`GROUP_CHUNK`](crate::group::GROUP_CHUNK) per
+    /// round trip, then seals the group with `completion` and returns it as sealed. Each
+    /// member is given the group; the completion job is enqueued once every member has
+    /// settled (at once if all already have).
+    async fn enqueue_group(
+        &self,
+        group: &str,
+        members: Vec<NewJob>,
+        completion: NewJob,
+    ) -> Result<crate::GroupStatus> {
+        crate::group::validate_completion(group, &completion)?;
+        let mut members = members.into_iter().map(|m| m.group(group)).peekable();
+        while members.peek().is_some() {
+            let chunk = crate::group::GROUP_CHUNK;
+            self.enqueue(members.by_ref().take(chunk).collect()).await?;
+        }
+        self.seal_group(group, completion).await
+    }
+
     /// A group as the broker counts it; `None` for one it never heard of.
     async fn group(&self, group: &str) -> Result<Option<crate::GroupStatus>> {
         let _ = group;

@@ -11,14 +11,16 @@
 //! died.
 //!
 //! A group's members are enqueued in any number of batches, each one round trip
-//! ([`enqueue_group`] does it in chunks), before the seal; a sealed group takes no more.
+//! ([`Broker::enqueue_group`] does it in chunks), before the seal; a sealed group takes no
+//! more.
+//!
+//! [`Broker::seal_group`]: crate::Broker::seal_group
+//! [`Broker::group`]: crate::Broker::group
+//! [`Broker::enqueue_group`]: crate::Broker::enqueue_group
 
-use crate::broker::Broker;
 use crate::error::{ConfigError, Result};
 use crate::job::{Job, JobId, NewJob};
-
-/// The longest group name, in bytes: as long as a unique key.
-pub const MAX_GROUP: usize = 255;
+pub use crate::job::{MAX_GROUP, validate_group};
 
 /// Header of a completion job: the group's name.
 pub const GROUP_HEADER: &str = "hopper-group";
@@ -31,7 +33,7 @@ pub const DEAD_HEADER: &str = "hopper-group-dead";
 /// Header of a completion job: how many members were cancelled or purged.
 pub const CANCELLED_HEADER: &str = "hopper-group-cancelled";
 
-/// Members enqueued per round trip by [`enqueue_group`].
+/// Members enqueued per round trip by [`Broker::enqueue_group`](crate::Broker::enqueue_group).
 pub const GROUP_CHUNK: usize = 1_000;
 
 /// A group as the broker counts it.
@@ -81,7 +83,7 @@ pub struct GroupOutcome {
     pub members: u64,
     /// Members that completed.
     pub succeeded: u64,
-    /// Members that died ([`Broker::group`] gives their ids).
+    /// Members that died ([`Broker::group`](crate::Broker::group) gives their ids).
     pub dead: u64,
     /// Members cancelled or purged.
     pub cancelled: u64,
@@ -112,15 +114,6 @@ impl GroupOutcome {
     }
 }
 
-/// Checks a group's name: 1 to [`MAX_GROUP`] bytes, no NUL.
-pub fn validate_group(group: &str) -> Result<(), ConfigError> {
-    if group.is_empty() || group.len() > MAX_GROUP || group.contains('\0') {
-        let allowed = format!("1 to {MAX_GROUP} bytes, no NUL");
-        return Err(ConfigError::new("group", group.escape_debug(), allowed));
-    }
-    Ok(())
-}
-
 /// Checks a completion job before a broker seals a group with it: a job like any other,
 /// but not itself a member, nor holding keys whose rules would let it be dropped or held
 /// back.
@@ -132,24 +125,6 @@ pub fn validate_completion(group: &str, completion: &NewJob) -> Result<()> {
         return Err(ConfigError::new("completion", group.escape_debug(), allowed).into());
     }
     Ok(())
-}
-
-/// Enqueues `members` into `group`, [`GROUP_CHUNK`] per round trip, then seals the group
-/// with `completion`, returning the group as sealed. Each member is given the group; the
-/// completion job is enqueued once every member has settled (at once if all already have).
-pub async fn enqueue_group(
-    broker: &dyn Broker,
-    group: &str,
-    members: Vec<NewJob>,
-    completion: NewJob,
-) -> Result<GroupStatus> {
-    validate_completion(group, &completion)?;
-    let mut members = members.into_iter().map(|m| m.group(group)).peekable();
-    while members.peek().is_some() {
-        let chunk: Vec<NewJob> = members.by_ref().take(GROUP_CHUNK).collect();
-        broker.enqueue(chunk).await?;
-    }
-    broker.seal_group(group, completion).await
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ pub(crate) use crate::id::{IdMap, IdSet};
 pub use crate::id::{JobId, LeaseId};
 pub use checked::CheckedJobs;
 pub use limits::{
-    DEFAULT_MAX_PAYLOAD, Limits, MAX_ATTEMPTS, MAX_DELAY, MAX_HEADER_NAME, MAX_HEADERS_BYTES,
-    MAX_ORDERING_KEY, MAX_PAYLOAD_LIMIT, MAX_RUN_AT, MIN_RUN_AT,
+    DEFAULT_MAX_PAYLOAD, Limits, MAX_ATTEMPTS, MAX_DELAY, MAX_GROUP, MAX_HEADER_NAME,
+    MAX_HEADERS_BYTES, MAX_ORDERING_KEY, MAX_PAYLOAD_LIMIT, MAX_RUN_AT, MIN_RUN_AT, validate_group,
 };
 pub use ordering::{BLOCKED, is_blocked, own_run_at};
 pub use unique::{Enqueued, MAX_UNIQUE_KEY, UniqueKey, UniqueScope, earlier_with_key};

@@ -45,7 +45,7 @@ pub use broker::{
 pub use clock::{CONNECT_TIMEOUT, Clock, connect_within};
 pub use deadline::{answer_limit, answer_within};
 pub use error::{Chain, ConfigError, Error, Result};
-pub use group::{GroupOutcome, GroupStatus, enqueue_group};
+pub use group::{GroupOutcome, GroupStatus};
 pub use job::{
     Enqueued, Job, JobCopy, JobId, LeaseId, Limits, Millis, NewJob, RunAt, UniqueKey, UniqueScope,
 };

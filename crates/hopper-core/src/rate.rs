@@ -116,7 +116,10 @@ impl Window {
         self.limit.max as usize - self.total.min(self.limit.max as usize)
     }
 
-    /// Records `n` starts at `now` (at most the room [`room`](Self::room) gave).
+    /// Records `n` starts at `now` (at most the room [`room`](Self::room) gave). A claim
+    /// that read its clock before another took the lock may come second with an earlier
+    /// time: its starts are recorded at the latest start's time instead, so the window
+    /// stays in order and counts them no shorter than it should.
     pub fn started(&mut self, n: usize, now: Millis) {
         if n == 0 {
             return;
@@ -124,7 +127,7 @@ impl Window {
         let n = n.min(MAX_RATE as usize) as u32;
         self.total += n as usize;
         match self.starts.back_mut() {
-            Some((t, m)) if *t == now => *m += n,
+            Some((t, m)) if *t >= now => *m += n,
             _ => self.starts.push_back((now, n)),
         }
     }
@@ -232,6 +235,17 @@ mod tests {
         let mut late_first = bytes[12..].to_vec();
         late_first.extend_from_slice(&bytes[..12]);
         assert!(Window::from_bytes(limit, &late_first).is_err());
+    }
+
+    #[test]
+    fn a_start_older_than_the_latest_joins_it() {
+        let limit = RateLimit::new(10, Duration::from_millis(100)).unwrap();
+        let mut w = Window::new(limit);
+        w.started(2, 50);
+        w.started(3, 40);
+        assert_eq!(w.to_bytes().len(), 12, "one pair, at 50");
+        assert_eq!(w.room(149), 5);
+        assert_eq!(w.room(150), 10, "all five left at 150, none at 140");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 -- list_finished.sql reversed: at most ?5 before (?3, ?4), the latest to finish first.
 SELECT j.id, j.queue, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts, j.headers,
        j.created_at, j.lease_id, j.state, j.last_error, j.errors, j.finished_at, j.unique_key,
-       j.ordering_key,
+       j.ordering_key, j.started_at,
        j.finished_at
 FROM (
     SELECT id FROM (

@@ -1,7 +1,7 @@
--- Every queue with jobs or paused, each at least once, in no order. Waiting and finished
--- jobs are found by a skip scan of the indexes that lead with `queue`, one descent per
--- queue rather than a walk over its jobs; leased jobs (a worker's window each) by their
--- expiry index.
+-- Every queue with jobs, paused or rate-limited, each at least once, in no order. Waiting
+-- and finished jobs are found by a skip scan of the indexes that lead with `queue`, one
+-- descent per queue rather than a walk over its jobs; leased jobs (a worker's window each)
+-- by their expiry index.
 WITH RECURSIVE
     waiting(queue) AS (
         SELECT (SELECT min(queue) FROM hopper_jobs WHERE state = 0)
@@ -24,3 +24,5 @@ UNION ALL
 SELECT queue FROM hopper_jobs INDEXED BY hopper_jobs_lease_expiry WHERE state = 1
 UNION ALL
 SELECT queue FROM hopper_paused
+UNION ALL
+SELECT queue FROM hopper_rate_limits

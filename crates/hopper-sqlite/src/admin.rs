@@ -106,7 +106,7 @@ fn read_page(
 
 fn listed(row: &Row<'_>, state: ListState) -> rusqlite::Result<(Cursor, JobRecord)> {
     let record = record_from_row(row)?;
-    let key: Option<i64> = row.get(16)?;
+    let key: Option<i64> = row.get(17)?;
     // The run_at as stored, where the index has the job: a blocked job's record shows its
     // own time.
     let sub = match state {
@@ -260,7 +260,7 @@ pub(crate) fn pause(
     Ok(changed == 1)
 }
 
-/// The queues with jobs or paused, in name order.
+/// The queues with jobs, paused or rate-limited, in name order.
 pub(crate) fn queue_names(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     let names = conn
         .prepare_cached(sql::QUEUE_NAMES)?
@@ -269,9 +269,9 @@ pub(crate) fn queue_names(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     Ok(names.into_iter().collect())
 }
 
-/// A queue's counts, pause, lag, and throughput over the last minute and hour. With a
-/// `bound` (`queue_glance`), each count stops at `bound + 1` ([`counts_up_to`]); without,
-/// every count is exact.
+/// A queue's counts, pause, rate limit, lag, and throughput over the last minute and
+/// hour. With a `bound` (`queue_glance`), each count stops at `bound + 1`
+/// ([`counts_up_to`]); without, every count is exact.
 pub(crate) fn stats(
     conn: &Connection,
     queue: &str,
@@ -301,7 +301,7 @@ pub(crate) fn stats(
         last_hour: Some(last_hour),
         bound,
         consumers: None,
-        rate_limit: None,
+        rate_limit: crate::rate::limit_of(conn, queue)?,
     })
 }
 

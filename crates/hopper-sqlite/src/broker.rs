@@ -12,8 +12,8 @@ use hopper_core::clock::Pace;
 use hopper_core::job::validate_queue_name;
 use hopper_core::{
     AdminCalls, Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, Enqueued,
-    FetchRequest, Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport,
-    Settlement, WorkerBeat, WorkerInfo,
+    FetchRequest, Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, RateLimit, Result,
+    SettleReport, Settlement, WorkerBeat, WorkerInfo,
 };
 use tokio::sync::watch;
 
@@ -22,7 +22,7 @@ use crate::options::SqliteOptions;
 use crate::unique::SweepCursor;
 use crate::watch::{FileWatch, watch_file};
 use crate::writer::Writer;
-use crate::{queries, registry, unique};
+use crate::{queries, rate, registry, unique};
 
 /// The embedded broker: every job in one SQLite file, no server.
 ///
@@ -182,6 +182,7 @@ impl Broker for SqliteBroker {
             .with_admin(AdminCalls::RECORDS)
             .with_unique()
             .with_ordered()
+            .with_rate_limits()
     }
 
     fn limits(&self) -> hopper_core::Limits {
@@ -367,6 +368,24 @@ impl Broker for SqliteBroker {
             self.wake();
         }
         Ok(changed)
+    }
+
+    /// Kept in the file ([`crate::rate`]), so the limit holds across every broker of the
+    /// file, in this process or another. Setting a limit again, or changing it, keeps the
+    /// starts already counted. A change wakes this process's idle workers at once, so that
+    /// a lifted or raised limit is seen without waiting for a window's next room; another
+    /// process's find it at their next poll, or sooner through their watch on the file.
+    async fn set_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
+        validate_queue_name(queue)?;
+        let queue = queue.to_owned();
+        self.inner
+            .writer
+            .call("setting a rate limit", true, move |conn| {
+                rate::set(conn, &queue, limit)
+            })
+            .await?;
+        self.wake();
+        Ok(())
     }
 
     async fn queues(&self) -> Result<Vec<String>> {

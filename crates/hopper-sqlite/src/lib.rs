@@ -7,6 +7,10 @@
 //! that one failing call does not undo the others. Claims are optimistic: a job is taken
 //! only while still pending, so brokers in several processes can share one file.
 //!
+//! Rate limits live in the file too (`rate`): a limited queue's window of recent claims is
+//! read and written back inside the claim's write transaction, which SQLite runs one at a
+//! time, so every broker of the file keeps one limit between them.
+//!
 //! # Layout
 //! - [`broker`]: [`SqliteBroker`], the [`Broker`](hopper_core::Broker) implementation,
 //!   which reads the clock and sends commands.
@@ -15,7 +19,8 @@
 //! - `queries`: each operation as it runs on that thread; `admin`, the operator calls
 //!   (listings, re-drives, pauses, statistics); `registry`, live workers and throughput
 //!   buckets; `unique`, enqueues with unique keys and the sweep of stale ones;
-//!   `ordering`, ordering keys: jobs blocked behind the earlier ones of their key.
+//!   `ordering`, ordering keys: jobs blocked behind the earlier ones of their key; `rate`,
+//!   rate limits: each limited queue's window, read and written by its claims.
 //! - `schema`: connection settings and versioned migrations (`migrations/*.sql`, recorded in
 //!   `PRAGMA user_version`).
 //! - `sql`: every statement, one per file under `sql/`.
@@ -26,6 +31,7 @@ pub mod broker;
 pub mod options;
 mod ordering;
 mod queries;
+mod rate;
 mod registry;
 mod schema;
 mod sql;

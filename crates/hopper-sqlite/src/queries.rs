@@ -15,6 +15,7 @@ use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::ordering::{self, Line};
+use crate::rate::Gate;
 use crate::sql;
 
 /// The error kept on a job whose lease expired while it was on its last attempt.
@@ -67,8 +68,9 @@ pub(crate) fn insert_job(
 }
 
 /// What one fetch claimed, in global order, and when the next delayed job falls due if
-/// some budget came back short; whether the jobs it ended (reaped or buried) unblocked
-/// others of their ordering keys.
+/// some budget came back short (or, if sooner, when a rate window that held jobs back has
+/// room again); whether the jobs it ended (reaped or buried) unblocked others of their
+/// ordering keys.
 pub(crate) struct Claimed {
     pub(crate) jobs: Vec<Job>,
     pub(crate) next_due: Option<Millis>,
@@ -76,13 +78,17 @@ pub(crate) struct Claimed {
 }
 
 /// Takes expired leases back when `reap_expired` (the broker paces it), then claims up to
-/// each budget under `lease`.
+/// each budget under `lease`, stamping each job's start with `now`.
 ///
 /// A claim reads a budget's candidates in fetch order, then takes each with an update that
 /// applies only while the job is still pending, so a job another writer took in between is
 /// skipped rather than taken twice. Reading first and updating by id, rather than one
 /// `UPDATE … WHERE id IN (SELECT …) RETURNING …`, spares SQLite the two temporary b-trees
 /// that statement builds on every run, which cost more than the claim itself.
+///
+/// A rate-limited queue's budget is cut to its window's room, and the window written back
+/// with the claim's start ([`crate::rate`]); when that held jobs back, the next due time is
+/// no later than the window's next room.
 pub(crate) fn fetch(
     conn: &Connection,
     budgets: &[Budget],
@@ -95,23 +101,39 @@ pub(crate) fn fetch(
     if reap_expired {
         unblocked |= reap(conn, now)?;
     }
+    let mut top_level = conn.prepare_cached(sql::CLAIM_TOP_LEVEL)?;
     let mut candidates = conn.prepare_cached(sql::CLAIM_CANDIDATES)?;
     let mut claim = conn.prepare_cached(sql::CLAIM_JOB)?;
+    // The lease, its expiry and the start are the same for every job of the fetch: bound
+    // once here, each job then binds only its id (a run's reset keeps the bindings).
+    claim.raw_bind_parameter(2, lease.0)?;
+    claim.raw_bind_parameter(3, lease_expires)?;
+    claim.raw_bind_parameter(4, now)?;
     let mut jobs = Vec::new();
     let mut short = Vec::new();
-    let mut next_level = conn.prepare_cached(sql::NEXT_LEVEL)?;
+    let mut next_due: Option<Millis> = None;
+    // Looked up in the statement cache only when a claim goes past a queue's top level or
+    // a budget comes back short: each lookup hashes the statement's text.
+    let mut next_level = None;
     for budget in budgets.iter().filter(|b| b.limit > 0) {
+        let queue = budget.queue.as_str();
+        let (top, gate) = top_level.query_row(params![queue], |row| {
+            Ok((
+                row.get::<_, Option<i64>>(0)?,
+                Gate::of_row(queue, row, now)?,
+            ))
+        })?;
+        let allowed = gate.as_ref().map_or(budget.limit, |g| g.cut(budget.limit));
         let mut taken = 0;
         // Level by level, highest priority first, each read as a range of due jobs.
-        let mut above = i64::MAX;
-        while taken < budget.limit {
-            let Some(level) = level_below(&mut next_level, &budget.queue, above)? else {
+        let mut level = top;
+        while taken < allowed {
+            let Some(at) = level else {
                 break;
             };
-            above = level;
-            let limit = i64::try_from(budget.limit - taken).unwrap_or(i64::MAX);
+            let limit = i64::try_from(allowed - taken).unwrap_or(i64::MAX);
             let found = candidates
-                .query_map(params![budget.queue, level, now, limit], candidate_from_row)?
+                .query_map(params![queue, at, now, limit], candidate_from_row)?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             // A full level that came back short lost races to another process: stop
             // there, as a lower level must not go ahead of this one's remaining jobs.
@@ -124,28 +146,34 @@ pub(crate) fn fetch(
                         continue;
                     }
                 };
-                if claim.execute(params![job.id.0, lease.0, lease_expires])? == 1 {
+                claim.raw_bind_parameter(1, job.id.0)?;
+                if claim.raw_execute()? == 1 {
                     job.attempt += 1;
                     job.lease = lease;
                     jobs.push(job);
                     taken += 1;
                 }
             }
-            if !exhausted {
+            if !exhausted || taken >= allowed {
                 break;
             }
+            level = level_below(cached(&mut next_level, conn, sql::NEXT_LEVEL)?, queue, at)?;
+        }
+        if let Some(gate) = gate {
+            let room_at = gate.claimed(conn, queue, budget.limit, taken, top.is_some(), now)?;
+            next_due = next_due.into_iter().chain(room_at).min();
         }
         if taken < budget.limit {
-            short.push(budget.queue.as_str());
+            short.push(queue);
         }
     }
     jobs.sort_by_key(|j| (Reverse(j.priority), j.run_at, j.id));
 
-    let mut next_due: Option<Millis> = None;
     if !short.is_empty() {
         let mut due = conn.prepare_cached(sql::NEXT_DUE)?;
+        let next_level = cached(&mut next_level, conn, sql::NEXT_LEVEL)?;
         for queue in short {
-            let at = earliest_by_level(&mut next_level, &mut due, queue, now)?;
+            let at = earliest_by_level(next_level, &mut due, queue, now)?;
             next_due = next_due.into_iter().chain(at).min();
         }
     }
@@ -154,6 +182,18 @@ pub(crate) fn fetch(
         next_due,
         unblocked,
     })
+}
+
+/// The statement `text` from the cache, looked up the first time it is asked for.
+fn cached<'s, 'c>(
+    slot: &'s mut Option<rusqlite::CachedStatement<'c>>,
+    conn: &'c Connection,
+    text: &str,
+) -> rusqlite::Result<&'s mut rusqlite::CachedStatement<'c>> {
+    match slot {
+        Some(stmt) => Ok(stmt),
+        None => Ok(slot.insert(conn.prepare_cached(text)?)),
+    }
 }
 
 /// The smallest `run_at` that `per_level` (a statement taking queue, priority and now)
@@ -474,7 +514,7 @@ fn candidate_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Job, Unreadable>
 }
 
 /// Reads a job's columns (see [`job_from_row`]) followed by `state, last_error, errors,
-/// finished_at, unique_key, ordering_key`. A blocked job shows its own time.
+/// finished_at, unique_key, ordering_key, started_at`. A blocked job shows its own time.
 pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let state = match row.get::<_, i64>(10)? {
         PENDING => JobState::Pending,
@@ -502,8 +542,8 @@ pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
         state,
         last_error: row.get(11)?,
         errors: errors_for_record(errors.as_deref()),
-        // The table keeps no start time: a claim would pay for writing one.
-        started_at: None,
+        // Stamped by each claim since migration 0010; NULL for a job never claimed since.
+        started_at: row.get(16)?,
         finished_at: row.get(13)?,
         // Kept by the keyed enqueue (migration 0008), so a job shows its key after it has
         // given up the hold; NULL for a job without one or stored before the column.

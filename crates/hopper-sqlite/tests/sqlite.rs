@@ -3,7 +3,8 @@
 //! commit isolating a failing command, refusals at open, migrations of older files, a
 //! pause made through one broker stopping the workers of another, unique keys: a table
 //! jobs without one never reach, swept by worker reports, and ordering keys: an index jobs
-//! without one never reach, and blocked jobs as listings show them.
+//! without one never reach, and blocked jobs as listings show them; rate limits: one
+//! window shared by brokers in several processes, kept through rows no broker wrote.
 
 mod sqlite {
     mod admin_migration;
@@ -17,6 +18,8 @@ mod sqlite {
     mod ordering_migration;
     mod pausing;
     mod ranges;
+    mod rate;
+    mod rate_migration;
     mod registry_migration;
     mod schedules_migration;
     mod sharing;

@@ -46,14 +46,16 @@ use std::sync::Arc;
 #[cfg(feature = "amqp")]
 pub use hopper_amqp::{AmqpBroker, AmqpOptions, QueueKind, QueueSettings};
 pub use hopper_core::admin;
+pub use hopper_core::group;
 pub use hopper_core::registry;
 pub use hopper_core::{
     AdminCalls, AttemptError, Broker, CancelOutcome, Capabilities, Chain, ConfigError, Cursor,
-    Enqueued, Error, Job, JobContext, JobError, JobId, JobPage, JobQuery, JobRecord, JobResult,
-    JobState, Limits, ListState, MemoryBroker, Missed, NewJob, Prefetch, QueueCounts, QueueOptions,
-    QueueStats, QueueStatus, RateLimit, Result, RetryPolicy, RunAt, Schedule, ScheduleBeat,
-    ScheduleInfo, Selection, Throughput, UniqueKey, UniqueScope, Worker, WorkerBuilder,
-    WorkerCounts, WorkerInfo, WorkerStats, redact_url, sample_queue_metrics, set_queue_gauges,
+    Enqueued, Error, GroupOutcome, GroupStatus, Job, JobContext, JobError, JobId, JobPage,
+    JobQuery, JobRecord, JobResult, JobState, Limits, ListState, MemoryBroker, Missed, NewJob,
+    Prefetch, QueueCounts, QueueOptions, QueueStats, QueueStatus, RateLimit, Result, RetryPolicy,
+    RunAt, Schedule, ScheduleBeat, ScheduleInfo, Selection, Throughput, UniqueKey, UniqueScope,
+    Worker, WorkerBuilder, WorkerCounts, WorkerInfo, WorkerStats, redact_url, sample_queue_metrics,
+    set_queue_gauges,
 };
 #[cfg(feature = "mysql")]
 pub use hopper_mysql::{MySqlBroker, MySqlOptions};

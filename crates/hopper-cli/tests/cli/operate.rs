@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{hopper, hopper_fed, sqlite_url};
 
-fn start_work(url: &str, queue: &str, script: &str) -> Child {
+pub(crate) fn start_work(url: &str, queue: &str, script: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_hopper"))
         .args(["--broker", url, "work", queue, "--concurrency", "4", "--"])
         .args(["sh", "-c", script])
@@ -20,7 +20,7 @@ fn start_work(url: &str, queue: &str, script: &str) -> Child {
         .unwrap()
 }
 
-fn stop(mut child: Child) {
+pub(crate) fn stop(mut child: Child) {
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -32,7 +32,7 @@ fn stop(mut child: Child) {
 }
 
 /// Runs `hopper --broker URL ARGS`, which must succeed; its standard output.
-fn ok(url: &str, args: &[&str], stdin: Option<&str>) -> String {
+pub(crate) fn ok(url: &str, args: &[&str], stdin: Option<&str>) -> String {
     let mut all = vec!["--broker", url];
     all.extend_from_slice(args);
     let out = hopper_fed(&all, stdin.unwrap_or(""));
@@ -43,7 +43,7 @@ fn ok(url: &str, args: &[&str], stdin: Option<&str>) -> String {
 }
 
 /// One queue's `stats --json` as (pending, scheduled, leased, dead).
-fn stats(url: &str, queue: &str) -> (u64, u64, u64, u64) {
+pub(crate) fn stats(url: &str, queue: &str) -> (u64, u64, u64, u64) {
     let out = ok(url, &["stats", "--queue", queue, "--json"], None);
     let v: serde_json::Value = serde_json::from_str(&out).expect("stats --json is JSON");
     let q = &v[0];
@@ -77,7 +77,7 @@ fn live_workers(url: &str) -> Vec<serde_json::Value> {
     v.as_array().expect("an array").clone()
 }
 
-fn wait_for_stats(url: &str, queue: &str, want: (u64, u64, u64, u64)) {
+pub(crate) fn wait_for_stats(url: &str, queue: &str, want: (u64, u64, u64, u64)) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let got = stats(url, queue);

@@ -11,7 +11,7 @@
 //! | header names | 1 to [`MAX_HEADER_NAME`] bytes, no NUL |
 //! | header values | no NUL; names and values together at most [`MAX_HEADERS_BYTES`] |
 //! | ordering key | 1 to [`MAX_ORDERING_KEY`] bytes, no NUL; not with a unique key |
-//! | group | 1 to [`MAX_GROUP`](crate::group::MAX_GROUP) bytes, no NUL; not with a unique or ordering key |
+//! | group | 1 to [`MAX_GROUP`] bytes, no NUL; not with a unique or ordering key |
 //! | unique key | 1 to [`MAX_UNIQUE_KEY`](super::MAX_UNIQUE_KEY) bytes, no NUL; a period of more than 0 and at most [`MAX_DELAY`] |
 //! | payload | at most [`Limits::max_payload`], [`DEFAULT_MAX_PAYLOAD`] unless the broker is told otherwise |
 
@@ -29,6 +29,18 @@ pub const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 86_400);
 pub const MAX_HEADER_NAME: usize = 255;
 /// The longest ordering key ([`NewJob::ordering_key`]), in bytes: as long as a unique key.
 pub const MAX_ORDERING_KEY: usize = 255;
+
+/// The longest group name ([`NewJob::group`]), in bytes: as long as a unique key.
+pub const MAX_GROUP: usize = 255;
+
+/// Checks a group's name: 1 to [`MAX_GROUP`] bytes, no NUL.
+pub fn validate_group(group: &str) -> Result<(), ConfigError> {
+    if group.is_empty() || group.len() > MAX_GROUP || group.contains('\0') {
+        let allowed = format!("1 to {MAX_GROUP} bytes, no NUL");
+        return Err(ConfigError::new("group", group.escape_debug(), allowed));
+    }
+    Ok(())
+}
 /// The most bytes a job's header names and values may hold together. Headers are
 /// metadata (trace ids, tenants, reasons); a worker reads them with every job.
 pub const MAX_HEADERS_BYTES: usize = 64 * 1024;
@@ -156,7 +168,7 @@ impl NewJob {
             }
         }
         if let Some(group) = &self.group {
-            crate::group::validate_group(group)?;
+            validate_group(group)?;
             if self.unique.is_some() || self.ordering_key.is_some() {
                 let allowed = "no unique or ordering key on a member of a group";
                 return Err(ConfigError::new("group", group.escape_debug(), allowed).into());

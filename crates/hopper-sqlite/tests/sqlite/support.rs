@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hopper_core::{
     Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched, JobId,
-    JobPage, JobQuery, JobRecord, LeaseId, QueueCounts, QueueStatus, Result, Selection,
+    JobPage, JobQuery, JobRecord, LeaseId, QueueCounts, QueueStatus, RateLimit, Result, Selection,
     SettleReport, Settlement, WorkerBeat, WorkerInfo,
 };
 use hopper_sqlite::{SqliteBroker, SqliteOptions};
@@ -135,6 +135,10 @@ impl Broker for TempBroker {
         self.broker.set_paused(queue, paused).await
     }
 
+    async fn set_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
+        self.broker.set_rate_limit(queue, limit).await
+    }
+
     async fn queues(&self) -> Result<Vec<String>> {
         self.broker.queues().await
     }
@@ -184,7 +188,7 @@ pub async fn worker_target() -> hopper_testkit::worker_cases::Target {
 }
 
 /// The crate's migrations, in order, to make a file as an earlier release left it.
-const MIGRATIONS: [&str; 9] = [
+const MIGRATIONS: [&str; 10] = [
     include_str!("../../migrations/0001_create_jobs.sql"),
     include_str!("../../migrations/0002_one_lease_index.sql"),
     include_str!("../../migrations/0003_range_checks.sql"),
@@ -194,6 +198,7 @@ const MIGRATIONS: [&str; 9] = [
     include_str!("../../migrations/0007_worker_schedules.sql"),
     include_str!("../../migrations/0008_job_unique_key.sql"),
     include_str!("../../migrations/0009_ordering_keys.sql"),
+    include_str!("../../migrations/0010_rate_limits.sql"),
 ];
 
 /// A connection to `db`, its schema built by the first `version` migrations and marked

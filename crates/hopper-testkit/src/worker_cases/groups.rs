@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hopper_core::group::{GroupOutcome, enqueue_group};
+use hopper_core::group::GroupOutcome;
 use hopper_core::{JobContext, JobError, NewJob, QueueOptions};
 use tokio::time::Instant;
 
@@ -50,7 +50,8 @@ pub async fn group_completes_once(target: Target) {
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
     let completion = NewJob::json(&done, "report").unwrap();
-    let sealed = enqueue_group(&*broker, "g", members, completion)
+    let sealed = broker
+        .enqueue_group("g", members, completion)
         .await
         .unwrap();
     assert_eq!((sealed.members, sealed.sealed), (MEMBERS, true));

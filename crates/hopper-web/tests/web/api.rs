@@ -9,8 +9,8 @@ use hopper::{Broker, JobId, NewJob};
 
 use super::support::{dead_letter, get, post, sqlite, start};
 
-/// Queue `emails`: 3 pending (one with an HTML payload) and 2 dead; queue `reports`
-/// paused and empty. Returns the pending ids and the dead ids.
+/// Queue `emails`: 3 pending (one with an HTML payload) and 2 dead, limited to 50 starts a
+/// second; queue `reports` paused and empty. Returns the pending ids and the dead ids.
 async fn fill(broker: &Arc<dyn Broker>) -> (Vec<JobId>, Vec<JobId>) {
     let pending = broker
         .enqueue(vec![
@@ -50,6 +50,8 @@ async fn fill(broker: &Arc<dyn Broker>) -> (Vec<JobId>, Vec<JobId>) {
         .collect();
     broker.settle(settlements).await.unwrap();
     broker.set_paused("reports", true).await.unwrap();
+    let limit = hopper::RateLimit::new(50, Duration::from_secs(1)).unwrap();
+    broker.set_rate_limit("emails", Some(limit)).await.unwrap();
     (pending, dead)
 }
 
@@ -82,6 +84,16 @@ async fn reads_answer_what_the_broker_holds() {
     );
     assert_eq!(emails["consumers"], 0, "no worker runs");
     assert_eq!(queues[1]["paused"], true);
+    assert_eq!(
+        (
+            emails["rate_limit"].clone(),
+            queues[1]["rate_limit"].clone()
+        ),
+        (
+            serde_json::json!({"max": 50, "per_ms": 1000}),
+            serde_json::Value::Null
+        )
+    );
 
     let detail = get(&server, "/api/queues/emails", &[]).await.json();
     assert_eq!(detail["pending"], 3);

@@ -17,6 +17,8 @@ async fn pages_show_what_the_broker_holds_and_escape_payloads() {
         .await
         .unwrap();
     broker.set_paused("reports", true).await.unwrap();
+    let limit = hopper::RateLimit::new(20, std::time::Duration::from_secs(60)).unwrap();
+    broker.set_rate_limit("emails", Some(limit)).await.unwrap();
     let server = start(broker.clone(), None, false).await;
 
     let overview = get(&server, "/", &[]).await;
@@ -51,6 +53,7 @@ async fn pages_show_what_the_broker_holds_and_escape_payloads() {
         queue.body
     );
     assert!(queue.body.contains(r#"id="pause""#), "a pause button");
+    assert!(queue.body.contains("limit 20/1m</span>"), "{}", queue.body);
 
     let job = get(&server, &format!("/jobs/{}", ids[0].0), &[]).await;
     assert_eq!(job.status, 200);

@@ -1,0 +1,1 @@
+SELECT max, per_ms FROM hopper_rate_limits WHERE queue = ?1
