@@ -1,7 +1,10 @@
 //! Claim-then-ack throughput of one `MySqlBroker` (four connections, database clock, no
 //! wake poller): a backlog enqueued in inserts of 1,000, then drained by `tasks`
 //! concurrent loops that each fetch `batch` jobs and ack them in one settle. Prints jobs
-//! per second for each shape; run with `cargo bench -p hopper-mysql`. The server is
+//! per second for each shape; run with `cargo bench -p hopper-mysql`
+//! (`HOPPER_BENCH_SHAPES=1x1,10x4` runs only those shapes, batch x tasks;
+//! `HOPPER_BENCH_LIMITED=1` gives the queue a rate limit it never reaches, 100,000 a
+//! millisecond, so that every claim takes the limited path). The server is
 //! `HOPPER_BENCH_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`); each shape runs
 //! in a scratch database of its own, dropped afterwards.
 //!
@@ -29,7 +32,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hopper_core::{Broker, FetchRequest, NewJob, Settlement};
+use hopper_core::rate::MAX_RATE;
+use hopper_core::{Broker, FetchRequest, NewJob, RateLimit, Settlement};
 use hopper_mysql::{MySqlBroker, MySqlOptions};
 use sqlx::{Connection, MySqlConnection};
 
@@ -91,11 +95,31 @@ async fn drain(broker: Arc<dyn Broker>, batch: usize) -> usize {
     }
 }
 
+/// The shapes to run: all of [`SHAPES`], or those `HOPPER_BENCH_SHAPES` names.
+fn shapes() -> Vec<(usize, usize)> {
+    let Ok(named) = std::env::var("HOPPER_BENCH_SHAPES") else {
+        return SHAPES.to_vec();
+    };
+    named
+        .split(',')
+        .map(|shape| {
+            let (batch, tasks) = shape
+                .trim()
+                .split_once('x')
+                .expect("a shape as BATCHxTASKS");
+            (
+                batch.parse().expect("a batch size"),
+                tasks.parse().expect("a number of tasks"),
+            )
+        })
+        .collect()
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let database = format!("hopper_bench_{}", std::process::id());
     let url = url_for(&database);
-    for (batch, tasks) in SHAPES {
+    for (batch, tasks) in shapes() {
         admin(format!("DROP DATABASE IF EXISTS {database}")).await;
         admin(format!("CREATE DATABASE {database}")).await;
         hopper_mysql::migrate(&url).await.expect("migrate");
@@ -105,6 +129,13 @@ async fn main() {
                 .await
                 .expect("connect"),
         );
+        if std::env::var_os("HOPPER_BENCH_LIMITED").is_some() {
+            let never = RateLimit::new(MAX_RATE, Duration::from_millis(1)).expect("a limit");
+            broker
+                .set_rate_limit("bench", Some(never))
+                .await
+                .expect("limit");
+        }
         let jobs = backlog(batch);
         let started = Instant::now();
         for chunk in 0..jobs / 1_000 {
@@ -125,8 +156,12 @@ async fn main() {
         }
         assert_eq!(done, jobs, "every job acked once");
         let rate = done as f64 / started.elapsed().as_secs_f64();
+        let limited = match std::env::var_os("HOPPER_BENCH_LIMITED") {
+            Some(_) => " (limited)",
+            None => "",
+        };
         println!(
-            "batch {batch:>3} x {tasks} tasks: claim+ack {rate:>7.0} jobs/s \
+            "batch {batch:>3} x {tasks} tasks{limited}: claim+ack {rate:>7.0} jobs/s \
              ({jobs} jobs; enqueue {enqueue_rate:.0} jobs/s)"
         );
         drop(broker);

@@ -26,6 +26,15 @@
 //! settlements under a lease whose claim took no job with a key are the statements they
 //! were. Heartbeats delete the rows of keys without jobs, as they do lapsed holds.
 //!
+//! A queue may have a rate limit: at most `max` of its jobs start in any window of `per`,
+//! whichever process claims them. Its row of `hopper_rate_limits` holds the limit and the
+//! window (the start times of its latest claims); a claim of the queue locks that row
+//! before it reads any job, takes at most the window's room, stamps its jobs' `started_at`
+//! and writes the window back in the same transaction, so claimers everywhere take turns
+//! on it. Queues without a limit pay one primary-key probe inside the claim statement,
+//! which also tells a broker that a queue was limited by another process (see
+//! `queries::rate`); a queue whose window is full is due again when the window has room.
+//!
 //! Times are milliseconds since the epoch, read from the database clock by default, so
 //! that every process agrees on lease expiry whatever its own clock says
 //! ([`MySqlOptions::clock`]). The schema is versioned: [`migrate()`] (the `hopper migrate`
@@ -33,7 +42,8 @@
 //!
 //! Operators list a queue's jobs by state a page at a time (keyset paging over index
 //! ranges, so a page deep in a million jobs costs what the first does), with the error of
-//! each failed attempt; re-drive or discard dead letters; and pause queues. A pause is a
+//! each failed attempt; re-drive or discard dead letters; pause queues; and see each
+//! queue's rate limit. A pause is a
 //! row of `hopper_paused` that the claim statement itself checks, so every worker of every
 //! process stops taking from the queue at its next claim. Workers report themselves every
 //! few seconds: each report replaces the worker's row of `hopper_workers` and adds what it
@@ -56,8 +66,8 @@
 //! - [`migrate`](mod@migrate): versioned migrations ([`migrate()`], `migrations/*.sql`)
 //!   and the version check at connect.
 //! - `queries`: each operation as it runs on one connection, one module per concern
-//!   (enqueue, unique keys, ordering keys, fetch, settle, renew, inspection, operator calls,
-//!   the worker registry).
+//!   (enqueue, unique keys, ordering keys, fetch, rate limits, settle, renew, inspection,
+//!   operator calls, the worker registry).
 //! - `conn`: the broker's dedicated connections, reconnection and transactions.
 //! - `poll`: the wake poller.
 //! - `sql`: every statement, one per file under `sql/`.

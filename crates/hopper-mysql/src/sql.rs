@@ -222,10 +222,18 @@ statements! {
     PAUSE = "pause.sql";
     /// Resumes it.
     RESUME = "resume.sql";
-    /// The queues holding jobs or paused.
+    /// The queues holding jobs, paused or rate-limited.
     QUEUE_NAMES = "queue_names.sql";
-    /// Whether a queue is paused, its oldest due job, and the clock.
+    /// Whether a queue is paused, its oldest due job, the clock, and its rate limit.
     QUEUE_STATE = "queue_state.sql";
+    /// Locks the limit rows of the named queues and reads their windows and the clock.
+    RATE_LOCK = "rate_lock.sql";
+    /// Writes a limited queue's window back.
+    RATE_WRITE = "rate_write.sql";
+    /// Sets a queue's rate limit, keeping its window.
+    RATE_SET = "rate_set.sql";
+    /// Lifts it.
+    RATE_LIFT = "rate_lift.sql";
     /// The newest job id: what the wake poller watches.
     MAX_ID = "max_id.sql";
     /// Lists a worker, or replaces its last report with this one.
@@ -421,8 +429,9 @@ mod tests {
         let add = throughput_add(2);
         assert_eq!(add.matches('?').count(), 10);
         assert!(add.contains("FLOOR(COALESCE(?, CAST(") && add.contains("/ 10000) * 10000"));
-        // The queue, the clock, the queue again (is it paused?), the limit.
-        assert_eq!(claim_one(None).matches('?').count(), 4);
+        // The queue (is it limited?), the queue, the clock, the queue again (is it
+        // paused?), the limit.
+        assert_eq!(claim_one(None).matches('?').count(), 5);
         // One queue's read (the queue twice), then the reaper's flag and the clock twice.
         assert_eq!(probe(1).matches('?').count(), 5);
         assert!(
@@ -437,7 +446,7 @@ mod tests {
             by_levels.contains("priority IN (?, ?, ?, ?)"),
             "{by_levels}"
         );
-        assert_eq!(by_levels.matches('?').count(), 8);
+        assert_eq!(by_levels.matches('?').count(), 9);
     }
 
     #[test]

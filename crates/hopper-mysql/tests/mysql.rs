@@ -3,9 +3,10 @@
 //! the shared behaviour suite, migrations and refusals, the database clock, what an idle
 //! broker asks, the wake poller, query plans (the operator calls' too), error histories,
 //! worker reports on the database clock, unique keys and the pruning of their holds,
-//! ordering keys (racing brokers, the pruning of key rows, their statements and plans), and
-//! workers on the real server (a crash mid-batch, two runtimes sharing a queue, a queue
-//! paused by another process).
+//! ordering keys (racing brokers, the pruning of key rows, their statements and plans),
+//! rate limits (brokers of two processes sharing a window, windows written wrong, the
+//! migration that adds them), and workers on the real server (a crash mid-batch, two
+//! runtimes sharing a queue, a queue paused by another process).
 
 mod mysql {
     mod admin_plans;
@@ -21,6 +22,8 @@ mod mysql {
     mod pausing;
     mod plans;
     mod ranges;
+    mod rate;
+    mod rate_cost;
     mod registry;
     mod settling;
     mod stats_scale;

@@ -117,6 +117,23 @@ impl Broker for WithCleanup {
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
         self.called().set_paused(queue, paused).await
     }
+    async fn set_rate_limit(
+        &self,
+        queue: &str,
+        limit: Option<hopper_core::RateLimit>,
+    ) -> Result<()> {
+        self.called().set_rate_limit(queue, limit).await
+    }
+    async fn seal_group(
+        &self,
+        group: &str,
+        completion: hopper_core::NewJob,
+    ) -> Result<hopper_core::GroupStatus> {
+        self.called().seal_group(group, completion).await
+    }
+    async fn group(&self, group: &str) -> Result<Option<hopper_core::GroupStatus>> {
+        self.called().group(group).await
+    }
     async fn queues(&self) -> Result<Vec<String>> {
         self.called().queues().await
     }

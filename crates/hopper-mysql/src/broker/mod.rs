@@ -1,6 +1,6 @@
 //! [`MySqlBroker`]: the [`Broker`] over MySQL 8 or MariaDB 10.6+.
 //!
-//! The fetch is in `fetch`; the deletion of lapsed unique holds and of the rows of ordering
+//! The fetch, and the setting of rate limits its claims keep, are in `fetch`; the deletion of lapsed unique holds and of the rows of ordering
 //! keys without jobs, which heartbeats run, in `upkeep`.
 
 mod fetch;
@@ -81,6 +81,10 @@ struct Inner {
     /// levels are looked up in the claim's own transaction, so none is ever missed; a full
     /// claim takes the queue out again.
     by_levels: Mutex<HashSet<String>>,
+    /// The queues this broker found rate-limited: their claims lock the limit's row
+    /// before reading any job (`queries::rate`). A queue limited by another process joins
+    /// at its first claim that finds one of its jobs; a lifted one leaves at its next claim.
+    limited: Mutex<HashSet<String>>,
     /// One more than the wake count read before the last fetch whose every budget came back
     /// short; 0 once one filled a budget. While the count still reads one less than this,
     /// nothing woke this broker since, and a fetch over queues that all came back short
@@ -169,6 +173,7 @@ impl MySqlBroker {
                 lines_cursor: Mutex::new(queries::PruneCursor::default()),
                 union_claims: AtomicBool::new(true),
                 by_levels: Mutex::new(HashSet::new()),
+                limited: Mutex::new(HashSet::new()),
                 quiet_since: AtomicU64::new(0),
                 id_step,
             }),
@@ -178,6 +183,13 @@ impl MySqlBroker {
     fn by_levels(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.inner
             .by_levels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn limited(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.inner
+            .limited
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -243,6 +255,7 @@ impl Broker for MySqlBroker {
             .with_admin(AdminCalls::RECORDS)
             .with_unique()
             .with_ordered()
+            .with_rate_limits()
     }
 
     fn limits(&self) -> hopper_core::Limits {
@@ -432,6 +445,14 @@ impl Broker for MySqlBroker {
             self.wake();
         }
         Ok(changed)
+    }
+
+    async fn set_rate_limit(
+        &self,
+        queue: &str,
+        limit: Option<hopper_core::RateLimit>,
+    ) -> Result<()> {
+        self.set_limit(queue, limit).await
     }
 
     async fn queues(&self) -> Result<Vec<String>> {

@@ -1,14 +1,16 @@
 //! The operator calls: listings a page at a time, dead letters re-driven or discarded,
-//! pauses, queue names and a queue's statistics, counted exactly or up to a bound.
+//! pauses, queue names and a queue's statistics (with its rate limit), counted exactly or up
+//! to a bound.
 
 use hopper_core::admin::{Cursor, JobPage, JobQuery, ListState, QueueStatus, Selection, lag_since};
 use hopper_core::registry::windows;
-use hopper_core::{JobId, JobRecord, Millis};
+use hopper_core::{JobId, JobRecord, Millis, RateLimit};
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
 use super::inspect::counts;
 use super::ordering::{self, Line};
+use super::rate::stored_limit;
 use super::registry::buckets;
 use super::rows::{CANCELLED, COMPLETED, DEAD, record_from_row, stored_run_at};
 use crate::sql::{self, MAX_LIST, fixed, padded};
@@ -324,7 +326,7 @@ pub(crate) async fn queue_status(
         last_hour: Some(last_hour),
         bound,
         consumers: None,
-        rate_limit: None,
+        rate_limit: state.rate_limit,
     })
 }
 
@@ -335,6 +337,8 @@ struct QueueState {
     oldest_due: Option<Millis>,
     /// The clock that was read against.
     now: Millis,
+    /// Its rate limit, if it has one.
+    rate_limit: Option<RateLimit>,
 }
 
 async fn queue_state(
@@ -347,11 +351,18 @@ async fn queue_state(
         .bind(queue)
         .bind(now)
         .bind(now)
+        .bind(queue)
+        .bind(queue)
         .fetch_one(conn)
         .await?;
+    let limit = (row.try_get(3)?, row.try_get(4)?);
     Ok(QueueState {
         paused: row.try_get::<i64, _>(0)? != 0,
         oldest_due: row.try_get(1)?,
         now: row.try_get(2)?,
+        rate_limit: match limit {
+            (Some(max), Some(per_ms)) => Some(stored_limit(queue, max, per_ms)),
+            _ => None,
+        },
     })
 }

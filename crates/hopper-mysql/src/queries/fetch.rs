@@ -11,6 +11,7 @@ use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
 use super::ordering::{self, Line};
+use super::rate::Windows;
 use super::rows::job_from_row;
 use crate::conn::server_error_number;
 use crate::sql::{self, MAX_LIST, fixed, padded};
@@ -59,10 +60,24 @@ pub(crate) async fn reap(
     Ok(Reaped { moved, unblocked })
 }
 
+/// What a claim did.
+pub(crate) enum Claim {
+    /// It took these jobs, in global order, under this lease.
+    Taken(Vec<Job>, LeaseId),
+    /// It found jobs of these queues, limited ([`rate`](super::rate)) though the claim
+    /// does not hold their limits' rows, and took nothing: the caller claims again,
+    /// locking them.
+    Limited(Vec<String>),
+}
+
 /// Claims up to each budget's limit, inside the caller's transaction, and returns the jobs
 /// in global order with the lease they are held under: `base`, its lowest bit saying
 /// whether a job has an ordering key ([`ordering::lease_for`]). `budgets` name distinct
-/// queues.
+/// queues; a budget of 0 is skipped.
+///
+/// `held` holds the limit rows the claim locked. Candidates of a limited queue
+/// whose row it does not hold make it take nothing ([`Claim::Limited`]), or, with
+/// `give_up`, take everything but them.
 ///
 /// All budgets go in one statement, a UNION ALL of one locking select per budget, unless
 /// the server refused that form once (`union` turns false), after which each budget is a
@@ -71,6 +86,7 @@ pub(crate) async fn reap(
 /// `levels[i]`, when given, is where budget `i` looks: only those priority levels, each as
 /// a range of due jobs (see [`levels`], looked up in the same transaction just before); an
 /// empty list (nothing pending) skips the budget.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn claim(
     conn: &mut MySqlConnection,
     budgets: &[(&str, usize)],
@@ -79,12 +95,14 @@ pub(crate) async fn claim(
     ttl_ms: Millis,
     now: Option<Millis>,
     union: &AtomicBool,
-) -> Result<(Vec<Job>, LeaseId), sqlx::Error> {
+    held: &Windows,
+    give_up: bool,
+) -> Result<Claim, sqlx::Error> {
     let budgets: Vec<(&str, usize, Option<&[i32]>)> = budgets
         .iter()
         .zip(levels)
         .map(|(&(queue, limit), levels)| (queue, limit, levels.as_deref()))
-        .filter(|(_, _, levels)| levels.is_none_or(|l| !l.is_empty()))
+        .filter(|(_, limit, levels)| *limit > 0 && levels.is_none_or(|l| !l.is_empty()))
         .collect();
     let budgets = budgets.as_slice();
     let mut jobs = None;
@@ -104,7 +122,11 @@ pub(crate) async fn claim(
             Err(e) => return Err(e),
         }
     }
-    let Claimed { mut jobs, ordered } = match jobs {
+    let Claimed {
+        mut jobs,
+        ordered,
+        mut limited,
+    } = match jobs {
         Some(jobs) => jobs,
         None => {
             let mut all = Claimed::default();
@@ -112,10 +134,20 @@ pub(crate) async fn claim(
                 let one = candidates(conn, std::slice::from_ref(budget), now).await?;
                 all.jobs.extend(one.jobs);
                 all.ordered |= one.ordered;
+                all.limited.extend(one.limited);
             }
             all
         }
     };
+    // Candidates of a queue limited since the fetch began are locked but never taken:
+    // the transaction's end frees them.
+    limited.retain(|queue| !held.holds(queue));
+    if !limited.is_empty() {
+        if !give_up {
+            return Ok(Claim::Limited(limited));
+        }
+        jobs.retain(|j| !limited.contains(&j.queue));
+    }
     let lease = ordering::lease_for(base, ordered);
     for job in &mut jobs {
         job.lease = lease;
@@ -124,14 +156,18 @@ pub(crate) async fn claim(
         let size = padded(ids.len());
         let text = sql::with_ids(&sql::LEASE_CLAIMED, size);
 
-        let mut query = sqlx::query(&text).bind(lease.0).bind(now).bind(ttl_ms);
+        let mut query = sqlx::query(&text)
+            .bind(lease.0)
+            .bind(now)
+            .bind(ttl_ms)
+            .bind(now);
         for i in 0..size {
             query = query.bind(ids.get(i).map_or(0, |j| j.id.0));
         }
         query.execute(&mut *conn).await?;
     }
     jobs.sort_by_key(|j| (Reverse(j.priority), j.run_at, j.id));
-    Ok((jobs, lease))
+    Ok(Claim::Taken(jobs, lease))
 }
 
 /// Whether `e` is the server refusing the UNION ALL form of a claim (a syntax error, or
@@ -140,12 +176,13 @@ fn refuses_union(e: &sqlx::Error) -> bool {
     matches!(server_error_number(e), Some(1064 | 1221))
 }
 
-/// Candidates of a claim, as they will be once claimed (their lease still to set), and
-/// whether one has an ordering key.
+/// Candidates of a claim, as they will be once claimed (their lease still to set), whether
+/// one has an ordering key, and the queues among theirs that have a rate limit.
 #[derive(Default)]
 struct Claimed {
     jobs: Vec<Job>,
     ordered: bool,
+    limited: Vec<String>,
 }
 
 /// Locks and reads the candidates of `budgets` (queue, limit, levels).
@@ -164,7 +201,7 @@ async fn candidates(
 
     let mut query = sqlx::query(&text);
     for (queue, limit, levels) in budgets {
-        query = query.bind(*queue);
+        query = query.bind(*queue).bind(*queue);
         if let Some(levels) = levels {
             for i in 0..padded(levels.len()) {
                 query = query.bind(levels[i.min(levels.len() - 1)]);
@@ -178,10 +215,16 @@ async fn candidates(
     let rows = query.fetch_all(&mut *conn).await?;
     let mut claimed = Claimed {
         jobs: Vec::with_capacity(rows.len()),
-        ordered: false,
+        ..Claimed::default()
     };
     for row in &rows {
         let key: Option<Vec<u8>> = row.try_get(9)?;
+        if row.try_get::<i64, _>(10)? != 0 {
+            let queue: String = row.try_get_unchecked(1)?;
+            if !claimed.limited.contains(&queue) {
+                claimed.limited.push(queue);
+            }
+        }
         match job_from_row(row, LeaseId(0)) {
             Ok(mut job) => {
                 job.attempt += 1;

@@ -15,6 +15,8 @@
 //!   names and queue statistics (counts exact or bounded, pause, lag, throughput);
 //! - `registry`: worker heartbeats, the live workers, and throughput buckets;
 //! - `unique`: the enqueue of jobs with unique keys, and the pruning of lapsed holds;
+//! - `rate`: rate limits: the claim's lock on limited queues' windows, their room, and
+//!   the windows written back; setting and lifting limits;
 //! - `ordering`: ordering keys, and the enqueue of batches with keys of either kind in one
 //!   transaction: jobs stored blocked behind their key, the next job let run
 //!   when one ends, re-drives and cancels under the key's lock, the pruning of key rows,
@@ -26,6 +28,7 @@ mod enqueue;
 mod fetch;
 mod inspect;
 mod ordering;
+mod rate;
 mod registry;
 mod renew;
 mod rows;
@@ -36,9 +39,10 @@ use hopper_core::Millis;
 
 pub(crate) use self::admin::{list, queue_names, queue_status, redrive, set_paused};
 pub(crate) use self::enqueue::{chunks, insert, new_rows};
-pub(crate) use self::fetch::{claim, levels, next_due, probe, reap};
+pub(crate) use self::fetch::{Claim, claim, levels, next_due, probe, reap};
 pub(crate) use self::inspect::{Cancel, cancel, counts, dead_letters, job, max_id, purge};
 pub(crate) use self::ordering::{cancel as cancel_ordered, enqueue_keyed, is_ordered, prune_lines};
+pub(crate) use self::rate::{lock as lock_windows, set_limit, write as write_windows};
 pub(crate) use self::registry::{Beat, buckets, deregister, heartbeat, workers};
 pub(crate) use self::renew::renew;
 pub(crate) use self::settle::settle;

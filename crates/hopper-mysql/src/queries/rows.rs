@@ -65,8 +65,9 @@ pub(super) fn state_from_code(code: i8) -> Result<JobState, sqlx::Error> {
 }
 
 /// Reads a job's columns (see [`job_from_row`]) followed by `state, lease_id, last_error,
-/// finished_at, errors, lease_expires, unique_key, ordering_key` (the record columns of
-/// `job_record.sql`; `lease_expires` is the listings' cursor, not part of the record).
+/// finished_at, errors, lease_expires, unique_key, ordering_key, started_at` (the record
+/// columns of `job_record.sql`; `lease_expires` is the listings' cursor, not part of the
+/// record).
 ///
 /// A job waiting behind an earlier job of its ordering key shows its own time and
 /// `blocked`; [`stored_run_at`] gives back the time it is stored with.
@@ -85,7 +86,7 @@ pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> 
         state,
         last_error: row.try_get(11)?,
         errors: errors_from_json(row.try_get::<Option<String>, _>(13)?.as_deref()),
-        started_at: None,
+        started_at: row.try_get(17)?,
         finished_at: row.try_get(12)?,
         unique_key: row.try_get(15)?,
         // Keys are the UTF-8 of a `String`; bytes another program wrote are shown lossily.

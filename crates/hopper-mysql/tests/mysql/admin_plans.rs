@@ -159,7 +159,7 @@ async fn listings_and_redrives_read_index_ranges_in_order() {
         "queue names: {names:?}"
     );
     let state = statement(include_str!("../../sql/queue_state.sql"));
-    let steps = plan(&mut conn, &state, &[Q, Q, I(now), I(now)], "q").await;
+    let steps = plan(&mut conn, &state, &[Q, Q, I(now), I(now), Q, Q], "q").await;
     assert!(
         steps
             .iter()
@@ -171,7 +171,7 @@ async fn listings_and_redrives_read_index_ranges_in_order() {
 
     // Queue `b` is paused: its claim is found empty before any index is read.
     let claim = statement(include_str!("../../sql/claim.sql"));
-    let steps = plan(&mut conn, &claim, &[Q, I(now), Q, I(Some(10))], "b").await;
+    let steps = plan(&mut conn, &claim, &[Q, Q, I(now), Q, I(Some(10))], "b").await;
     assert!(
         steps.iter().any(|s| s.extra.contains("Impossible WHERE")),
         "a paused queue's claim: {steps:?}"

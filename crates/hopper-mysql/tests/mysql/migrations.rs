@@ -13,7 +13,7 @@ use sqlx::{Connection, MySqlConnection};
 use super::support::{TempDatabase, admin, url_for};
 
 /// The crate's migrations, in order, to make a database as an earlier release left it.
-const MIGRATIONS: [&str; 8] = [
+const MIGRATIONS: [&str; 9] = [
     include_str!("../../migrations/0001_create_jobs.sql"),
     include_str!("../../migrations/0002_range_checks.sql"),
     include_str!("../../migrations/0003_errors_and_pauses.sql"),
@@ -22,6 +22,7 @@ const MIGRATIONS: [&str; 8] = [
     include_str!("../../migrations/0006_worker_schedules.sql"),
     include_str!("../../migrations/0007_record_unique_keys.sql"),
     include_str!("../../migrations/0008_ordering_keys.sql"),
+    include_str!("../../migrations/0009_rate_limits.sql"),
 ];
 
 /// Builds the schema of the first `version` migrations on `conn`, recorded as applied,
@@ -49,7 +50,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
     assert_eq!(
         err.to_string(),
         format!(
-            "broker error: the hopper schema in {url} is at version 0 but this build needs 8: \
+            "broker error: the hopper schema in {url} is at version 0 but this build needs 9: \
              run `hopper migrate --broker {url}`",
             url = db.url
         )
@@ -59,7 +60,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
 #[tokio::test]
 async fn migrating_twice_applies_nothing_the_second_time() {
     let db = TempDatabase::empty().await;
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 8);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 9);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     assert_eq!(broker.url(), db.url);
@@ -75,7 +76,7 @@ async fn concurrent_migrations_apply_each_version_once() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 8]);
+    assert_eq!(applied, [0, 9]);
 }
 
 #[tokio::test]
@@ -89,7 +90,7 @@ async fn a_schema_newer_than_this_build_is_refused() {
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema in {} is at version 99, newer than this build (8): upgrade hopper",
+            "the hopper schema in {} is at version 99, newer than this build (9): upgrade hopper",
             db.url
         )),
         "{err}"
@@ -172,8 +173,8 @@ async fn a_database_of_version_2_keeps_its_jobs() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 2 but this build needs 8"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
+    assert!(err.contains("at version 2 but this build needs 9"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 7);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -236,7 +237,7 @@ async fn a_database_of_version_2_keeps_its_jobs() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 7);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let _ = conn.close().await;
 }
@@ -261,8 +262,8 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 3 but this build needs 8"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
+    assert!(err.contains("at version 3 but this build needs 9"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -314,7 +315,7 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -343,8 +344,8 @@ async fn a_database_of_version_4_gains_unique_keys() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 4 but this build needs 8"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
+    assert!(err.contains("at version 4 but this build needs 9"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -365,7 +366,7 @@ async fn a_database_of_version_4_gains_unique_keys() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
     let kept = broker.enqueue_reported(keyed()).await.unwrap();
@@ -395,8 +396,8 @@ async fn a_database_of_version_5_gains_worker_schedules() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 5 but this build needs 8"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
+    assert!(err.contains("at version 5 but this build needs 9"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -442,7 +443,7 @@ async fn a_database_of_version_5_gains_worker_schedules() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
     assert_eq!(schedules(broker.workers().await.unwrap()), reported, "kept");
@@ -471,8 +472,8 @@ async fn a_database_of_version_6_gains_the_keys_of_records() {
         sqlx::raw_sql(setup).execute(&mut conn).await.unwrap();
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("at version 6 but this build needs 8"), "{err}");
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert!(err.contains("at version 6 but this build needs 9"), "{err}");
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -521,7 +522,7 @@ async fn a_database_of_version_6_gains_the_keys_of_records() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
     let kept = broker.job(stored[0].id).await.unwrap().unwrap();

@@ -117,18 +117,19 @@ async fn hot_statements_use_their_indexes_and_claims_never_sort() {
     let explain = format!("EXPLAIN {claim2}");
     let mut query = sqlx::query(&explain);
     for q in ["a", "b"] {
-        query = query.bind(q).bind(now).bind(q).bind(10i64);
+        query = query.bind(q).bind(q).bind(now).bind(q).bind(10i64);
     }
     for row in query.fetch_all(&mut conn).await.unwrap() {
         let key: Option<String> = row.try_get("key").unwrap();
         let extra: Option<String> = row.try_get("Extra").unwrap();
         let select_type: String = row.try_get("select_type").unwrap();
         if select_type == "SUBQUERY" {
-            // The pause lookup, read once as a constant: no row, so the queue is not paused.
+            // The pause and limit lookups, read once as constants: no row, so the queue is
+            // neither paused nor limited.
             assert_eq!(
                 extra.as_deref(),
                 Some("no matching row in const table"),
-                "claim's pause lookup"
+                "claim's pause and limit lookups"
             );
             continue;
         }
@@ -176,6 +177,7 @@ async fn hot_statements_use_their_indexes_and_claims_never_sort() {
                 Some(7),
                 now,
                 Some(30_000),
+                now,
                 Some(1),
                 Some(2),
                 Some(3),
@@ -240,9 +242,15 @@ async fn short_claims_by_level_never_walk_delayed_jobs() {
         assert_eq!(steps.len(), 1, "{steps:?}");
         steps.remove(0)
     };
-    let whole_plan = one(plan(&mut conn, &whole, &[Q, I(Some(now)), Q, I(Some(10))], "q").await);
+    let whole_plan = one(plan(
+        &mut conn,
+        &whole,
+        &[Q, Q, I(Some(now)), Q, I(Some(10))],
+        "q",
+    )
+    .await);
     assert_eq!(whole_plan.kind, "ref", "the whole queue: {whole_plan:?}");
-    let binds = [Q, I(Some(5)), I(Some(0)), I(Some(now)), Q, I(Some(10))];
+    let binds = [Q, Q, I(Some(5)), I(Some(0)), I(Some(now)), Q, I(Some(10))];
     let level_plan = one(plan(&mut conn, &by_levels, &binds, "q").await);
     assert_eq!(level_plan.kind, "range", "level by level: {level_plan:?}");
     assert!(
@@ -260,6 +268,7 @@ async fn short_claims_by_level_never_walk_delayed_jobs() {
 
     let started = std::time::Instant::now();
     let all = sqlx::query(&whole)
+        .bind("q")
         .bind("q")
         .bind(now)
         .bind("q")
@@ -282,6 +291,7 @@ async fn short_claims_by_level_never_walk_delayed_jobs() {
         bound = i64::from(level);
     }
     let some = sqlx::query(&by_levels)
+        .bind("q")
         .bind("q")
         .bind(levels[0])
         .bind(levels[1])

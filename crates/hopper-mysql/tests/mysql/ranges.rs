@@ -56,8 +56,9 @@ async fn a_database_from_before_the_checks_keeps_its_jobs_and_buries_the_bad_row
     let mut conn = raw(&db).await;
     // Back to version 1, as the previous release left it, holding rows other programs wrote.
     // Version 3's column and index, the tables of versions 4 and 5, the columns of versions
-    // 6 and 7 and version 8's column and index stay: their second runs find them and count
-    // as applied (version 8's range check of `run_at` is the one dropped here).
+    // 6 and 7, version 8's column and index and version 9's table and column stay: their
+    // second runs find them and count as applied (version 8's range check of `run_at` is the
+    // one dropped here).
     conn.execute(sqlx::raw_sql(
         "ALTER TABLE hopper_jobs DROP CONSTRAINT hopper_jobs_state,
              DROP CONSTRAINT hopper_jobs_run_at_or_blocked, DROP CONSTRAINT hopper_jobs_attempt,
@@ -72,7 +73,7 @@ async fn a_database_from_before_the_checks_keeps_its_jobs_and_buries_the_bad_row
     ))
     .await
     .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 7);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 8);
 
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     let counts = broker.counts("q").await.unwrap();
@@ -111,6 +112,6 @@ async fn a_database_from_before_the_checks_keeps_its_jobs_and_buries_the_bad_row
     ))
     .await
     .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 7);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 8);
     let _ = conn.close().await;
 }

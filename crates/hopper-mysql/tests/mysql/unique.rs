@@ -29,6 +29,7 @@ async fn jobs_without_keys_never_touch_the_unique_table() {
         "hopper_migrations",
         "hopper_jobs",
         "hopper_paused",
+        "hopper_rate_limits",
         "hopper_workers",
         "hopper_throughput",
     ];
