@@ -11,8 +11,9 @@
 -- run_at of a delayed job when fewer than $7 jobs were claimed, then one row of kind 2
 -- carrying how many jobs the reaper returned to pending, when there were any, then a row
 -- of kind 3 for each job with an ordering key the reaper dead-lettered: its queue and key,
--- whose next job the broker then unblocks. Jobs blocked behind their key (`run_at` past
--- the year 9999, see 0010_ordering_keys.sql) are never due, nor a delayed job's due time.
+-- whose next job the broker then unblocks, then the rows of kinds 4 and 6 about rate
+-- limits (below). Jobs blocked behind their key (`run_at` past the year 9999, see
+-- 0010_ordering_keys.sql) are never due, nor a delayed job's due time.
 --
 -- `levels`: each queue's priority levels among its pending jobs, highest first, one index
 -- descent each (a loose index scan). The claim and the next-due time read each level as a
@@ -20,6 +21,20 @@
 -- delayed jobs and none due, a claim read all of them twice (34 ms per poll). A paused
 -- queue (hopper_paused) has no levels: nothing is claimed from it and no due time given,
 -- for one probe of that small table's key per queue asked.
+--
+-- Rate limits (0011_rate_limits.sql): when one of the queues asked has a limit (one probe
+-- of that table's key per queue), `windows` calls hopper_rate_take, which locks the
+-- limited queues' rows until the claim commits and gives each one's room, and `budgets`
+-- cuts each queue's budget to it; once the jobs are claimed, hopper_rate_record adds the
+-- claim's starts to those windows, `now` being the `started_at` they get. A claim waiting
+-- for a window's lock reads it as the claim before it left it, and the jobs that claim
+-- took are no longer pending when this one locks them, so claimers in any number of
+-- processes take no more than the window allows between them. A claim of queues without
+-- a limit runs neither function. hopper_rate_record returns rows of kind 6 carrying the
+-- time a full window that cut a budget has room again (the broker takes the earliest of
+-- them and kind 1 as the next due time), and of kind 4 naming a queue whose limit or
+-- window another program stored wrong, and what is wrong, which the broker logs: the
+-- claim reads it as the nearest good one and goes on.
 WITH RECURSIVE now AS (SELECT coalesce($3::bigint, {schema}.hopper_now_ms()) AS ms),
 levels (queue, priority) AS (
     SELECT b.queue,
@@ -57,9 +72,22 @@ reaped AS (
     WHERE t.id = expired.id
     RETURNING t.state, t.queue, t.ordering_key
 ),
+windows AS MATERIALIZED (
+    SELECT w.* FROM {schema}.hopper_rate_take($1::text[], (SELECT ms FROM now)) AS w
+    WHERE EXISTS (SELECT FROM {schema}.hopper_rate_limits AS r WHERE r.queue = ANY ($1::text[]))
+),
+-- Each queue's budget (`asked`) cut to its window's room (`n`). The room by a subquery,
+-- not a join: a hash join's table costs every claim, with a limit or without.
+budgets AS MATERIALIZED (
+    SELECT x.queue, x.asked, x.room IS NOT NULL AS limited,
+           coalesce(least(x.asked, x.room), x.asked) AS n
+    FROM (SELECT b.queue, b.n AS asked,
+                 (SELECT w.room FROM windows AS w WHERE w.queue = b.queue) AS room
+          FROM unnest($1::text[], $2::int[]) AS b(queue, n)) AS x
+),
 picked AS MATERIALIZED (
     SELECT j.id
-    FROM unnest($1::text[], $2::int[]) AS b(queue, n)
+    FROM budgets AS b
     CROSS JOIN LATERAL (
         SELECT x.id
         -- No ORDER BY: `levels` yields each queue's levels highest first (each step of the
@@ -118,3 +146,13 @@ UNION ALL
 SELECT NULL, queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 3::smallint, NULL, ordering_key
 FROM reaped
 WHERE reaped.state = 3 AND reaped.ordering_key IS NOT NULL
+UNION ALL
+SELECT NULL, r.queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, r.kind, r.at, r.why
+FROM (SELECT array_agg(b.queue) AS queues, array_agg(b.asked::bigint) AS asked,
+             array_agg(c.n) AS took
+      FROM budgets AS b
+      CROSS JOIN LATERAL (SELECT count(*) AS n FROM claimed WHERE claimed.queue = b.queue) AS c
+      WHERE b.limited) AS t
+CROSS JOIN LATERAL {schema}.hopper_rate_record(t.queues, t.asked, t.took, (SELECT ms FROM now))
+    AS r
+WHERE t.queues IS NOT NULL

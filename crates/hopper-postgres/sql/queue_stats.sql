@@ -9,7 +9,8 @@
 -- then), twice as fast as the levels' ranges one by one. The levels take one index
 -- descent each (see claim.sql); the oldest due job is the first of some level's range of
 -- due jobs. Then the queue's throughput buckets (see throughput.sql; $3 is the span of a
--- bucket), as arrays, oldest first.
+-- bucket), as arrays, oldest first, and its rate limit where it has one (starts per
+-- window, and the window in ms: 0011_rate_limits.sql).
 WITH RECURSIVE now AS (SELECT coalesce($2::bigint, {schema}.hopper_now_ms()) AS ms),
 levels (priority) AS (
     SELECT (SELECT max(priority) FROM {schema}.hopper_jobs WHERE state = 0 AND queue = $1)
@@ -69,8 +70,11 @@ SELECT CASE WHEN $4::bigint IS NULL THEN (SELECT pending FROM waiting) ELSE (
         ) AS d
         WHERE l.priority IS NOT NULL) AS oldest_due,
        now.ms AS now,
-       tp.at, tp.completed, tp.failed, tp.dead
-FROM now, LATERAL (
+       tp.at, tp.completed, tp.failed, tp.dead,
+       rl.max AS rate_max, rl.per_ms AS rate_per_ms
+FROM now
+LEFT JOIN {schema}.hopper_rate_limits AS rl ON rl.queue = $1
+CROSS JOIN LATERAL (
     SELECT coalesce(array_agg(bucket ORDER BY bucket), '{}') AS at,
            coalesce(array_agg(completed ORDER BY bucket), '{}') AS completed,
            coalesce(array_agg(failed ORDER BY bucket), '{}') AS failed,

@@ -1,7 +1,7 @@
--- The queues holding jobs, or paused, in name order, without reading the jobs: the names
--- in the indexes of waiting and finished jobs, skipped through one index descent per queue
--- (a loose index scan); the leased jobs, which only the index of jobs in flight holds; and
--- the paused queues.
+-- The queues holding jobs, paused or rate-limited, in name order, without reading the
+-- jobs: the names in the indexes of waiting and finished jobs, skipped through one index
+-- descent per queue (a loose index scan); the leased jobs, which only the index of jobs in
+-- flight holds; the paused queues; and the limited ones.
 WITH RECURSIVE waiting (queue) AS (
     SELECT (SELECT min(queue) FROM {schema}.hopper_jobs WHERE state = 0)
     UNION ALL
@@ -23,4 +23,6 @@ UNION
 SELECT queue FROM {schema}.hopper_jobs WHERE state = 1
 UNION
 SELECT queue FROM {schema}.hopper_paused
+UNION
+SELECT queue FROM {schema}.hopper_rate_limits
 ORDER BY queue

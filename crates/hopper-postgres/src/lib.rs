@@ -7,8 +7,10 @@
 //! of every held job renew in one statement. Enqueue is one statement for any number of
 //! jobs, and can run inside the caller's own transaction ([`PgBroker::enqueue_in`]). Unique
 //! keys live in a table of their own: a batch with keys is still one statement, which
-//! takes each key under its row lock; claims and settlements never touch that table. Idle
-//! workers wake on LISTEN/NOTIFY.
+//! takes each key under its row lock; claims and settlements never touch that table. A
+//! rate-limited queue's window is a row the claim statement locks, reads and extends in the
+//! same round trip (`broker::rate`), so claimers in every process share it. Idle workers
+//! wake on LISTEN/NOTIFY.
 //!
 //! # Layout
 //! - [`broker`]: [`PgBroker`], the [`Broker`](hopper_core::Broker) implementation,

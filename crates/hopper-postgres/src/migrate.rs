@@ -21,6 +21,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0008_worker_schedules.sql"),
     include_str!("../migrations/0009_job_unique_keys.sql"),
     include_str!("../migrations/0010_ordering_keys.sql"),
+    include_str!("../migrations/0011_rate_limits.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.

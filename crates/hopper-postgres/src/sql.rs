@@ -47,6 +47,8 @@ statements!(
     discard_dead,
     pause,
     resume,
+    set_rate_limit,
+    lift_rate_limit,
     queues,
     queue_stats,
     heartbeat,

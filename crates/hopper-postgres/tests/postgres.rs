@@ -13,6 +13,7 @@ mod postgres {
     mod pausing;
     mod plans;
     mod ranges;
+    mod rate;
     mod suite;
     pub mod support;
     mod transactions;

@@ -1,5 +1,5 @@
--- settle_dead_letter.sql for a job with an ordering key, returning its queue and key (see
--- settle_ack_ordered.sql).
+-- settle_dead_letter.sql for a job with an ordering key or a group, returning its queue,
+-- key and group (see settle_ack_ordered.sql).
 UPDATE hopper_jobs
 SET state = 3, last_error = ?3, finished_at = ?4, lease_id = NULL, lease_expires = NULL,
     errors = json_remove(
@@ -8,5 +8,6 @@ SET state = 3, last_error = ?3, finished_at = ?4, lease_id = NULL, lease_expires
                          CASE json_type(errors) WHEN 'array' THEN errors END END, '[]'),
             '$[#]', json_object('attempt', attempt, 'at', ?4, 'error', ?5)),
         '$[#-' || (?6 + 1) || ']')
-WHERE id = ?1 AND state = 1 AND lease_id = ?2 AND ordering_key IS NOT NULL
-RETURNING queue, ordering_key
+WHERE id = ?1 AND state = 1 AND lease_id = ?2
+  AND (ordering_key IS NOT NULL OR group_name IS NOT NULL)
+RETURNING queue, ordering_key, group_name

@@ -9,11 +9,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection};
 use hopper_core::clock::Pace;
+use hopper_core::group::{validate_completion, validate_group};
 use hopper_core::job::validate_queue_name;
 use hopper_core::{
     AdminCalls, Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, Enqueued,
-    FetchRequest, Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, RateLimit, Result,
-    SettleReport, Settlement, WorkerBeat, WorkerInfo,
+    FetchRequest, Fetched, GroupStatus, JobId, JobRecord, LeaseId, Millis, NewJob, QueueCounts,
+    RateLimit, Result, SettleReport, Settlement, WorkerBeat, WorkerInfo,
 };
 use tokio::sync::watch;
 
@@ -22,7 +23,7 @@ use crate::options::SqliteOptions;
 use crate::unique::SweepCursor;
 use crate::watch::{FileWatch, watch_file};
 use crate::writer::Writer;
-use crate::{queries, rate, registry, unique};
+use crate::{groups, queries, rate, registry, unique};
 
 /// The embedded broker: every job in one SQLite file, no server.
 ///
@@ -183,15 +184,17 @@ impl Broker for SqliteBroker {
             .with_unique()
             .with_ordered()
             .with_rate_limits()
+            .with_groups()
     }
 
     fn limits(&self) -> hopper_core::Limits {
         self.inner.limits
     }
 
-    /// A batch without unique or ordering keys is inserted as it always was; one with keys
-    /// looks up each unique key's holder, and each ordering key's unfinished jobs, in the
-    /// same write transaction (`unique::enqueue`).
+    /// A batch without unique or ordering keys or groups is inserted as it always was; one
+    /// with keys looks up each unique key's holder, and each ordering key's unfinished jobs,
+    /// in the same write transaction (`unique::enqueue`); one with members of groups also
+    /// checks that none of their groups is sealed, and counts them (`groups::enqueue`).
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
@@ -199,7 +202,8 @@ impl Broker for SqliteBroker {
         let now = self.now();
         let plain = jobs
             .iter()
-            .all(|job| job.unique.is_none() && job.ordering_key.is_none());
+            .all(|job| job.unique.is_none() && job.ordering_key.is_none() && job.group.is_none());
+        let members = jobs.iter().any(|job| job.group.is_some());
         let done = if plain {
             let ids = self
                 .inner
@@ -209,6 +213,13 @@ impl Broker for SqliteBroker {
                 })
                 .await?;
             ids.into_iter().map(Enqueued::stored).collect()
+        } else if members {
+            self.inner
+                .writer
+                .call("enqueueing members of groups", true, move |conn| {
+                    groups::enqueue(conn, &jobs, now)
+                })
+                .await??
         } else {
             self.inner
                 .writer
@@ -321,14 +332,21 @@ impl Broker for SqliteBroker {
             .await
     }
 
+    /// Members purged count as cancelled: their groups may complete.
     async fn purge(&self, queue: &str) -> Result<u64> {
+        let now = self.now();
         let queue = queue.to_owned();
-        self.inner
+        let (gone, fired) = self
+            .inner
             .writer
             .call("purging a queue", true, move |conn| {
-                queries::purge(conn, &queue)
+                queries::purge(conn, &queue, now)
             })
-            .await
+            .await?;
+        if fired {
+            self.wake();
+        }
+        Ok(gone)
     }
 
     async fn list_jobs(&self, query: &JobQuery) -> Result<JobPage> {
@@ -386,6 +404,36 @@ impl Broker for SqliteBroker {
             .await?;
         self.wake();
         Ok(())
+    }
+
+    /// Counted in the file ([`crate::groups`]), so members settled by any broker of the
+    /// file, in this process or another, count once, and the completion job is enqueued once.
+    async fn seal_group(&self, group: &str, completion: NewJob) -> Result<GroupStatus> {
+        validate_completion(group, &completion)?;
+        let now = self.now();
+        let group = group.to_owned();
+        let (status, fired) = self
+            .inner
+            .writer
+            .call("sealing a group", true, move |conn| {
+                groups::seal(conn, &group, &completion, now)
+            })
+            .await??;
+        if fired {
+            self.wake();
+        }
+        Ok(status)
+    }
+
+    async fn group(&self, group: &str) -> Result<Option<GroupStatus>> {
+        validate_group(group)?;
+        let group = group.to_owned();
+        self.inner
+            .writer
+            .call("reading a group", false, move |conn| {
+                groups::status(conn, &group)
+            })
+            .await
     }
 
     async fn queues(&self) -> Result<Vec<String>> {

@@ -9,7 +9,9 @@
 //!
 //! Rate limits live in the file too (`rate`): a limited queue's window of recent claims is
 //! read and written back inside the claim's write transaction, which SQLite runs one at a
-//! time, so every broker of the file keeps one limit between them.
+//! time, so every broker of the file keeps one limit between them. So do groups
+//! (`groups`): members are counted in the transaction that ends them, and a sealed group's
+//! completion job enqueued by the one that leaves it nothing unsettled, once.
 //!
 //! # Layout
 //! - [`broker`]: [`SqliteBroker`], the [`Broker`](hopper_core::Broker) implementation,
@@ -20,7 +22,9 @@
 //!   (listings, re-drives, pauses, statistics); `registry`, live workers and throughput
 //!   buckets; `unique`, enqueues with unique keys and the sweep of stale ones;
 //!   `ordering`, ordering keys: jobs blocked behind the earlier ones of their key; `rate`,
-//!   rate limits: each limited queue's window, read and written by its claims.
+//!   rate limits: each limited queue's window, read and written by its claims; `groups`,
+//!   groups: members counted as they settle, and each sealed group's completion job;
+//!   `rows`, reading a job or a record from its row.
 //! - `schema`: connection settings and versioned migrations (`migrations/*.sql`, recorded in
 //!   `PRAGMA user_version`).
 //! - `sql`: every statement, one per file under `sql/`.
@@ -28,13 +32,16 @@
 
 mod admin;
 pub mod broker;
+mod groups;
 pub mod options;
 mod ordering;
 mod queries;
 mod rate;
 mod registry;
+mod rows;
 mod schema;
 mod sql;
+mod store;
 mod unique;
 mod watch;
 mod writer;

@@ -22,26 +22,28 @@
 //! waiting jobs on every acknowledgement.
 //!
 //! Jobs without a key pay as little as can be. A batch of them is inserted by the
-//! statements it always was. The settlements that end a job match only jobs without a key;
-//! when one changed nothing, [`settle_ended`] runs a copy that matches jobs with a key and
-//! returns the key. Returning it from the one statement (`RETURNING`) was measured first:
-//! SQLite fills a temporary table for it on every run, and a raw loop's acknowledgement
-//! went from 0.8 to 2.6 µs. Cancelling a pending job, reaping expired leases, burying an
-//! unreadable row and re-driving dead letters are rare enough to return it at once. What
-//! every job does pay is the index: each insert, claim and settlement tests its condition,
-//! as it tests those of the other three partial indexes. In a raw loop of the broker's
-//! statements at batch 100, that made a claim about 4% slower and an acknowledgement 7%
-//! (0.1 and 0.05 µs); the broker's own benchmark cannot tell them apart.
+//! statements it always was. The settlements that end a job match only jobs without a key
+//! (and of no group: [`crate::groups`]); when one changed nothing, [`settle_ended`] runs a
+//! copy that matches the others and returns the key and the group. Returning them from the
+//! one statement (`RETURNING`) was measured first: SQLite fills a temporary table for it
+//! on every run, and a raw loop's acknowledgement went from 0.8 to 2.6 µs. Cancelling a
+//! pending job, reaping expired leases, burying an unreadable row and re-driving dead
+//! letters are rare enough to return it at once. What every job does pay is the index:
+//! each insert, claim and settlement tests its condition, as it tests those of the other
+//! three partial indexes. In a raw loop of the broker's statements at batch 100, that made
+//! a claim about 4% slower and an acknowledgement 7% (0.1 and 0.05 µs); the broker's own
+//! benchmark cannot tell them apart.
 
 use std::collections::BTreeSet;
 
 use hopper_core::admin::{ERROR_HISTORY, bounded_error};
 use hopper_core::job::{BLOCKED, MAX_RUN_AT};
 use hopper_core::{Millis, Outcome, Settlement};
-use rusqlite::types::{ToSqlOutput, ValueRef};
-use rusqlite::{Connection, OptionalExtension, Row, ToSql, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use crate::groups::{self, Ended};
 use crate::sql;
+use crate::store::Text;
 
 /// A key of one queue as its rows store it. The texts are kept as bytes and bound back
 /// unchanged, so that a key another program wrote in something other than UTF-8 still
@@ -64,15 +66,6 @@ impl Line {
             queue: queue.to_vec(),
             key: key.to_vec(),
         }))
-    }
-}
-
-/// Bytes read from a TEXT column, bound as TEXT again.
-struct Text<'a>(&'a [u8]);
-
-impl ToSql for Text<'_> {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(ToSqlOutput::Borrowed(ValueRef::Text(self.0)))
     }
 }
 
@@ -116,43 +109,59 @@ pub(crate) fn heads_ended(conn: &Connection, ended: &[Line]) -> rusqlite::Result
     Ok(unblocked)
 }
 
-/// Settles `s` on a job with an ordering key, when its outcome ends the job (the statements
-/// `queries::settle` runs for those match jobs without a key only), and unblocks
-/// the next job of the key. `None` when no job with a key is held under the lease (or the
-/// outcome does not end one): the settlement is fenced. Otherwise whether a job was
-/// unblocked.
+/// A row's line and group, as the `_ORDERED` settlements return them.
+fn line_and_group(row: &Row<'_>) -> rusqlite::Result<(Option<Line>, Option<Vec<u8>>)> {
+    Ok((Line::of_row(row)?, groups::group_of(row, 2)?))
+}
+
+/// Settles `s` on a job with an ordering key or a group, when its outcome ends the job
+/// (the statements `queries::settle` runs for those match jobs with neither only),
+/// unblocks the next job of the key and counts the member ([`groups::member_ended`]).
+/// `None` when no such job is held under the lease (or the outcome does not end one): the
+/// settlement is fenced. Otherwise whether a job was unblocked or a completion job
+/// enqueued.
 pub(crate) fn settle_ended(
     conn: &Connection,
     s: &Settlement,
     now: Millis,
 ) -> rusqlite::Result<Option<bool>> {
     let (id, lease) = (s.job.0, s.lease.0);
-    let ended = match &s.outcome {
-        Outcome::Ack => conn
-            .prepare_cached(sql::SETTLE_ACK_ORDERED)?
-            .query_row(params![id, lease], Line::of_row),
-        Outcome::DeadLetter { error } => conn
-            .prepare_cached(sql::SETTLE_DEAD_LETTER_ORDERED)?
-            .query_row(
-                params![
-                    id,
-                    lease,
-                    error,
-                    now,
-                    bounded_error(error),
-                    ERROR_HISTORY as i64
-                ],
-                Line::of_row,
-            ),
-        Outcome::Cancel => conn
-            .prepare_cached(sql::SETTLE_CANCEL_ORDERED)?
-            .query_row(params![id, lease, now], Line::of_row),
+    let (ended, how) = match &s.outcome {
+        Outcome::Ack => (
+            conn.prepare_cached(sql::SETTLE_ACK_ORDERED)?
+                .query_row(params![id, lease], line_and_group),
+            Ended::Succeeded,
+        ),
+        Outcome::DeadLetter { error } => (
+            conn.prepare_cached(sql::SETTLE_DEAD_LETTER_ORDERED)?
+                .query_row(
+                    params![
+                        id,
+                        lease,
+                        error,
+                        now,
+                        bounded_error(error),
+                        ERROR_HISTORY as i64
+                    ],
+                    line_and_group,
+                ),
+            Ended::Dead,
+        ),
+        Outcome::Cancel => (
+            conn.prepare_cached(sql::SETTLE_CANCEL_ORDERED)?
+                .query_row(params![id, lease, now], line_and_group),
+            Ended::Cancelled,
+        ),
         Outcome::Retry { .. } | Outcome::Release | Outcome::Snooze { .. } => return Ok(None),
     };
-    match ended.optional()? {
-        None => Ok(None),
-        Some(line) => Ok(Some(heads_ended(conn, line.as_slice())?)),
+    let Some((line, group)) = ended.optional()? else {
+        return Ok(None);
+    };
+    let mut woke = heads_ended(conn, line.as_slice())?;
+    if let Some(group) = group {
+        woke |= groups::member_ended(conn, &group, id, how, now)?;
     }
+    Ok(Some(woke))
 }
 
 /// After a re-drive put dead letters of `lines` back blocked (`RETRY_DEAD`), unblocks the

@@ -3,35 +3,31 @@
 //! here reads a clock.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
-use hopper_core::admin::{AttemptError, ERROR_HISTORY, bounded_error};
-use hopper_core::job::{headers_for_record, headers_from_json, unreadable_row};
+use hopper_core::admin::{ERROR_HISTORY, bounded_error};
 use hopper_core::{
-    Budget, CancelOutcome, Job, JobId, JobRecord, JobState, LeaseId, Millis, NewJob, Outcome,
-    QueueCounts, SettleReport, Settlement,
+    Budget, CancelOutcome, Job, JobId, JobRecord, LeaseId, Millis, NewJob, Outcome, QueueCounts,
+    SettleReport, Settlement,
 };
-use rusqlite::types::Type;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
+use crate::groups::{self, Ended};
 use crate::ordering::{self, Line};
 use crate::rate::Gate;
+use crate::rows::candidate_from_row;
+pub(crate) use crate::rows::record_from_row;
 use crate::sql;
+pub(crate) use crate::store::{CANCELLED, COMPLETED, DEAD, LEASED, insert_job};
 
 /// The error kept on a job whose lease expired while it was on its last attempt.
 const LEASE_EXPIRED_ON_FINAL_ATTEMPT: &str = "lease expired on the final attempt";
 
-const PENDING: i64 = 0;
-const LEASED: i64 = 1;
-pub(crate) const COMPLETED: i64 = 2;
-pub(crate) const DEAD: i64 = 3;
-pub(crate) const CANCELLED: i64 = 4;
-
 /// The entries a job's error history keeps, as the statements that append to it bind it.
 pub(crate) const HISTORY: i64 = ERROR_HISTORY as i64;
 
-/// Inserts the jobs in order and returns their ids. Jobs with a unique or an ordering key go
-/// through [`crate::unique::enqueue`] instead.
+/// Inserts the jobs in order and returns their ids. Jobs with a unique or an ordering key or
+/// a group go through [`crate::unique::enqueue`] instead.
 pub(crate) fn enqueue(
     conn: &Connection,
     jobs: &[NewJob],
@@ -41,30 +37,6 @@ pub(crate) fn enqueue(
     jobs.iter()
         .map(|job| insert_job(&mut insert, job, now, &[]))
         .collect()
-}
-
-/// Inserts one pending job, created at `now`, with `insert`: `INSERT_JOB`, or a statement
-/// that takes `extra` values after the job's seven (`INSERT_KEYED_JOB` its unique key,
-/// `INSERT_ORDERED_JOB` its ordering key and the blocked offset). Keyed jobs have statements
-/// of their own so that the plain path's statement stays as it was. Returns the job's id.
-pub(crate) fn insert_job(
-    insert: &mut rusqlite::CachedStatement<'_>,
-    job: &NewJob,
-    now: Millis,
-    extra: &[&dyn rusqlite::ToSql],
-) -> rusqlite::Result<JobId> {
-    let (run_at, headers) = (job.run_at_millis(now), job.headers_json());
-    let values: [&dyn rusqlite::ToSql; 7] = [
-        &job.queue,
-        &job.priority,
-        &run_at,
-        &job.max_attempts,
-        &job.payload,
-        &headers,
-        &now,
-    ];
-    let all = values.iter().chain(extra).copied();
-    Ok(JobId(insert.insert(rusqlite::params_from_iter(all))?))
 }
 
 /// What one fetch claimed, in global order, and when the next delayed job falls due if
@@ -229,19 +201,28 @@ pub(crate) fn level_below(
 }
 
 /// Returns jobs whose lease expired to their queue, dead-lettering those that were on
-/// their last attempt; says whether that unblocked jobs of their ordering keys.
+/// their last attempt; says whether that unblocked jobs of their ordering keys or enqueued
+/// a completion job of their groups.
 fn reap(conn: &Connection, now: Millis) -> rusqlite::Result<bool> {
     let died = conn
         .prepare_cached(sql::REAP_FINAL_ATTEMPTS)?
         .query_map(
             params![now, LEASE_EXPIRED_ON_FINAL_ATTEMPT, HISTORY],
-            Line::of_row,
+            |row| Ok((Line::of_row(row)?, row.get(2)?, groups::group_of(row, 3)?)),
         )?
-        .filter_map(Result::transpose)
-        .collect::<rusqlite::Result<Vec<Line>>>()?;
+        .collect::<rusqlite::Result<Vec<(Option<Line>, i64, Option<Vec<u8>>)>>>()?;
     conn.prepare_cached(sql::REAP_EXPIRED_LEASES)?
         .execute(params![now])?;
-    ordering::heads_ended(conn, &died)
+    let mut woke = false;
+    for (line, id, group) in died {
+        if let Some(line) = line {
+            woke |= ordering::head_ended(conn, &line)?;
+        }
+        if let Some(group) = group {
+            woke |= groups::member_ended(conn, &group, id, Ended::Dead, now)?;
+        }
+    }
+    Ok(woke)
 }
 
 /// Applies each settlement whose lease still holds its job. Also says whether any job went
@@ -342,7 +323,8 @@ pub(crate) fn renew(
 }
 
 /// Cancels a pending job, or says who holds it. Also says whether the cancelled job let
-/// the next one of its ordering key go, so the caller can wake idle workers.
+/// the next one of its ordering key go, or its group's completion job, so the caller can
+/// wake idle workers.
 pub(crate) fn cancel(
     conn: &Connection,
     id: JobId,
@@ -351,16 +333,23 @@ pub(crate) fn cancel(
     let cancelled = conn
         .prepare_cached(sql::CANCEL_PENDING)?
         .query_row(params![id.0, now], |row| {
-            Ok((Line::of_row(row)?, row.get::<_, Millis>(2)?))
+            Ok((
+                Line::of_row(row)?,
+                row.get::<_, Millis>(2)?,
+                groups::group_of(row, 3)?,
+            ))
         })
         .optional()?;
-    if let Some((line, run_at)) = cancelled {
+    if let Some((line, run_at, group)) = cancelled {
         // A job that was not blocked was its key's head.
-        let unblocked = match line {
+        let mut woke = match line {
             Some(line) if !ordering::is_blocked(run_at) => ordering::head_ended(conn, &line)?,
             _ => false,
         };
-        return Ok((CancelOutcome::Cancelled, unblocked));
+        if let Some(group) = group {
+            woke |= groups::member_ended(conn, &group, id.0, Ended::Cancelled, now)?;
+        }
+        return Ok((CancelOutcome::Cancelled, woke));
     }
     let found: Option<(i64, Option<i64>)> = conn
         .prepare_cached(sql::JOB_LEASE)?
@@ -405,177 +394,16 @@ pub(crate) fn dead_letters(
         .collect()
 }
 
-/// Removes every job of a queue; returns how many went.
-pub(crate) fn purge(conn: &Connection, queue: &str) -> rusqlite::Result<u64> {
+/// Removes every job of a queue; returns how many went, and whether that enqueued a
+/// completion job: the members not counted yet count as cancelled.
+pub(crate) fn purge(conn: &Connection, queue: &str, now: Millis) -> rusqlite::Result<(u64, bool)> {
+    let members = conn
+        .prepare_cached(sql::PURGE_MEMBERS)?
+        .query_map(params![queue], |row| groups::group_of(row, 0))?
+        .filter_map(Result::transpose)
+        .collect::<rusqlite::Result<Vec<Vec<u8>>>>()?;
     let gone = conn.prepare_cached(sql::PURGE)?.execute(params![queue])?;
-    Ok(gone as u64)
-}
-
-/// Reads the columns `id, queue, payload, priority, run_at, attempt, max_attempts, headers,
-/// created_at, lease_id`, in that order.
-fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
-    read_job(row, true)
-}
-
-/// [`job_from_row`], except that `strict` off shows a job as it can for its record:
-/// headers that cannot be read as they were stored ([`headers_for_record`]), attempts
-/// out of range at their nearest bound.
-fn read_job(row: &Row<'_>, strict: bool) -> rusqlite::Result<Job> {
-    let (attempt, max_attempts, headers) = if strict {
-        (row.get(5)?, row.get(6)?, decode_headers(row.get(7)?)?)
-    } else {
-        let clamp = |n: i64| n.clamp(0, i64::from(u32::MAX)) as u32;
-        let text: Option<String> = row.get(7)?;
-        (
-            clamp(row.get(5)?),
-            clamp(row.get(6)?),
-            headers_for_record(text.as_deref()),
-        )
-    };
-    Ok(Job {
-        id: JobId(row.get(0)?),
-        queue: row.get(1)?,
-        payload: row.get(2)?,
-        priority: row.get(3)?,
-        run_at: row.get(4)?,
-        attempt,
-        max_attempts,
-        headers,
-        created_at: row.get(8)?,
-        lease: LeaseId(row.get::<_, Option<i64>>(9)?.unwrap_or(0)),
-    })
-}
-
-/// The columns [`job_from_row`] reads, by index, to name one in an error.
-const JOB_COLUMNS: [&str; 10] = [
-    "id",
-    "queue",
-    "payload",
-    "priority",
-    "run_at",
-    "attempt",
-    "max_attempts",
-    "headers",
-    "created_at",
-    "lease_id",
-];
-
-/// A pending row that cannot be read as a job: a column out of range, written by another
-/// program. Dead-lettered at once with the reason, so that it neither fails every claim
-/// of its queue (and of every queue fetched with it) nor comes back.
-#[derive(Debug)]
-struct Unreadable {
-    id: i64,
-    queue: String,
-    reason: String,
-}
-
-impl Unreadable {
-    /// Dead-letters the row; says whether that unblocked the next job of its ordering key.
-    fn bury(&self, conn: &Connection, now: Millis) -> rusqlite::Result<bool> {
-        let buried = conn
-            .prepare_cached(sql::BURY_PENDING)?
-            .query_row(params![self.id, self.reason, now], Line::of_row)
-            .optional()?;
-        tracing::error!(job = self.id, queue = %self.queue, reason = %self.reason,
-            "dead-lettered a row that cannot be read as a job");
-        match buried.flatten() {
-            Some(line) => ordering::head_ended(conn, &line),
-            None => Ok(false),
-        }
-    }
-}
-
-/// A claim candidate: the job, or, when its row cannot be read as one, why.
-fn candidate_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Job, Unreadable>> {
-    match job_from_row(row) {
-        Ok(job) => Ok(Ok(job)),
-        Err(e) => {
-            let column = |i: usize| JOB_COLUMNS.get(i).copied().unwrap_or("?");
-            let why = match &e {
-                rusqlite::Error::FromSqlConversionFailure(i, _, err) => {
-                    format!("column {}: {err}", column(*i))
-                }
-                rusqlite::Error::IntegralValueOutOfRange(i, v) => {
-                    format!("column {}: {v} is out of range", column(*i))
-                }
-                rusqlite::Error::InvalidColumnType(i, _, t) => {
-                    format!("column {}: a {t} where it cannot be", column(*i))
-                }
-                other => other.to_string(),
-            };
-            Ok(Err(Unreadable {
-                id: row.get(0)?,
-                queue: row.get(1)?,
-                reason: unreadable_row(why),
-            }))
-        }
-    }
-}
-
-/// Reads a job's columns (see [`job_from_row`]) followed by `state, last_error, errors,
-/// finished_at, unique_key, ordering_key, started_at`. A blocked job shows its own time.
-pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
-    let state = match row.get::<_, i64>(10)? {
-        PENDING => JobState::Pending,
-        LEASED => JobState::Leased,
-        COMPLETED => JobState::Completed,
-        DEAD => JobState::Dead,
-        CANCELLED => JobState::Cancelled,
-        other => {
-            return Err(rusqlite::Error::FromSqlConversionFailure(
-                10,
-                Type::Integer,
-                format!("unknown job state {other}").into(),
-            ));
-        }
-    };
-    let mut job = read_job(row, false)?;
-    if state != JobState::Leased {
-        job.lease = LeaseId(0);
-    }
-    let blocked;
-    (job.run_at, blocked) = ordering::own_time(job.run_at, state == JobState::Pending);
-    let errors: Option<String> = row.get(12)?;
-    Ok(JobRecord {
-        job,
-        state,
-        last_error: row.get(11)?,
-        errors: errors_for_record(errors.as_deref()),
-        // Stamped by each claim since migration 0010; NULL for a job never claimed since.
-        started_at: row.get(16)?,
-        finished_at: row.get(13)?,
-        // Kept by the keyed enqueue (migration 0008), so a job shows its key after it has
-        // given up the hold; NULL for a job without one or stored before the column.
-        unique_key: row.get(14)?,
-        ordering_key: row.get(15)?,
-        blocked,
-    })
-}
-
-/// The stored error history (migration 0004), its latest [`ERROR_HISTORY`] entries. A
-/// text another program wrote that is not an array of such entries leaves out what
-/// cannot be read, down to the whole history, rather than make the row unreadable: the
-/// record must still list, as [`headers_for_record`] does for headers.
-fn errors_for_record(text: Option<&str>) -> Vec<AttemptError> {
-    let Some(Ok(serde_json::Value::Array(entries))) = text.map(serde_json::from_str) else {
-        return Vec::new();
-    };
-    let skip = entries.len().saturating_sub(ERROR_HISTORY);
-    entries
-        .iter()
-        .skip(skip)
-        .filter_map(|entry| {
-            Some(AttemptError {
-                attempt: u32::try_from(entry.get("attempt")?.as_u64()?).ok()?,
-                at: entry.get("at")?.as_i64()?,
-                error: entry.get("error")?.as_str()?.to_owned(),
-            })
-        })
-        .collect()
-}
-
-fn decode_headers(text: Option<String>) -> rusqlite::Result<BTreeMap<String, String>> {
-    headers_from_json(text.as_deref())
-        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(7, Type::Text, Box::new(e)))
+    let gone = (gone + members.len()) as u64;
+    let fired = groups::purged(conn, members, now)?;
+    Ok((gone, fired))
 }

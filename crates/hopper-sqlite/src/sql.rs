@@ -40,8 +40,10 @@ statements! {
     INSERT_KEYED_JOB = "insert_keyed_job.sql";
     /// The same for a job with an ordering key, stored blocked behind a job of its key.
     INSERT_ORDERED_JOB = "insert_ordered_job.sql";
+    /// The same for a member of a group, which keeps its group until it is counted.
+    INSERT_MEMBER_JOB = "insert_member_job.sql";
     /// Dead-letters jobs whose lease expired on their last allowed attempt; returns each
-    /// one's queue and ordering key.
+    /// one's queue, ordering key, id and group.
     REAP_FINAL_ATTEMPTS = "reap_final_attempts.sql";
     /// Returns jobs whose lease expired to pending.
     REAP_EXPIRED_LEASES = "reap_expired_leases.sql";
@@ -54,7 +56,7 @@ statements! {
     /// compared on every cache lookup of a claim.)
     CLAIM_CANDIDATES = "claim_candidates.sql";
     /// Dead-letters a pending row that cannot be read as a job, with the reason; returns its
-    /// queue and ordering key.
+    /// queue, ordering key and group.
     BURY_PENDING = "bury_pending.sql";
     /// The next priority level down among a queue's pending jobs.
     NEXT_LEVEL = "next_level.sql";
@@ -77,30 +79,30 @@ statements! {
     /// The earliest `run_at` after now among one priority level of a queue's pending jobs,
     /// blocked ones left out.
     NEXT_DUE = "next_due.sql";
-    /// Removes an acknowledged job without an ordering key held under the named lease. One
-    /// with a key goes through `SETTLE_ACK_ORDERED`, so that this, the most frequent
+    /// Removes an acknowledged job without an ordering key or a group held under the named
+    /// lease. One with either goes through `SETTLE_ACK_ORDERED`, so that this, the most frequent
     /// settlement, costs what it did (see [`crate::ordering`]). (Said here, not in the file,
     /// as for `CLAIM_CANDIDATES`.)
     SETTLE_ACK = "settle_ack.sql";
-    /// The same for a job with an ordering key, returning its queue and key.
+    /// The same for a job with an ordering key or a group, returning its queue, key and group.
     SETTLE_ACK_ORDERED = "settle_ack_ordered.sql";
     /// Returns a job held under the named lease to pending at a later `run_at`.
     SETTLE_RETRY = "settle_retry.sql";
-    /// Dead-letters a job without an ordering key held under the named lease.
+    /// Dead-letters a job without an ordering key or a group held under the named lease.
     SETTLE_DEAD_LETTER = "settle_dead_letter.sql";
-    /// The same for a job with an ordering key, returning its queue and key.
+    /// The same for a job with an ordering key or a group, returning its queue, key and group.
     SETTLE_DEAD_LETTER_ORDERED = "settle_dead_letter_ordered.sql";
     /// Hands back a job held under the named lease without charging the attempt.
     SETTLE_RELEASE = "settle_release.sql";
-    /// Cancels a job without an ordering key held under the named lease.
+    /// Cancels a job without an ordering key or a group held under the named lease.
     SETTLE_CANCEL = "settle_cancel.sql";
-    /// The same for a job with an ordering key, returning its queue and key.
+    /// The same for a job with an ordering key or a group, returning its queue, key and group.
     SETTLE_CANCEL_ORDERED = "settle_cancel_ordered.sql";
     /// Puts off a job held under the named lease, its attempt not charged, no error kept.
     SETTLE_SNOOZE = "settle_snooze.sql";
     /// Extends the leases, of a JSON list, that have not expired yet.
     RENEW_LEASE = "renew_lease.sql";
-    /// Cancels a job if it is still pending; returns its queue, ordering key and run_at.
+    /// Cancels a job if it is still pending; returns its queue, ordering key, run_at and group.
     CANCEL_PENDING = "cancel_pending.sql";
     /// Unblocks the next job of an ordering key whose head ended.
     UNBLOCK_NEXT = "unblock_next.sql";
@@ -120,6 +122,9 @@ statements! {
     DEAD_LETTERS = "dead_letters.sql";
     /// Removes every job of a queue.
     PURGE = "purge.sql";
+    /// Removes a queue's members not counted yet, returning each one's group.
+    PURGE_MEMBERS = "purge_members.sql";
+    /// How many cancelled jobs a queue keeps, which a purge removes without counting.
     /// A page of one priority level's waiting jobs after a cursor, in fetch order.
     LIST_WAITING = "list_waiting.sql";
     /// The same, before a cursor, newest first.
@@ -180,6 +185,26 @@ statements! {
     UNIQUE_CHUNK = "unique_chunk.sql";
     /// Deletes a key while the job the sweep found stale still holds it.
     DROP_UNIQUE_KEY = "drop_unique_key.sql";
+    /// Whether a group is sealed; no row for a group never heard of.
+    GROUP_SEALED = "group_sealed.sql";
+    /// Counts new members of a group, making the group if it is new.
+    ADD_MEMBERS = "add_members.sql";
+    /// Counts settled members of a group; returns whether its completion job is due.
+    COUNT_MEMBERS = "count_members.sql";
+    /// Records a member that died, after those that died before it.
+    ADD_GROUP_DEAD = "add_group_dead.sql";
+    /// Takes a counted member out of its group.
+    FORGET_MEMBER = "forget_member.sql";
+    /// Seals a group with its completion job.
+    SEAL_GROUP = "seal_group.sql";
+    /// A group's counts and completion job, to enqueue it.
+    GROUP_COMPLETION = "group_completion.sql";
+    /// Records the id of a group's completion job, unless it has one.
+    SET_GROUP_COMPLETION = "set_group_completion.sql";
+    /// A group's counts, seal and completion job's id.
+    GROUP_STATUS = "group_status.sql";
+    /// The ids of a group's members that died, in the order they did.
+    GROUP_DEAD_IDS = "group_dead_ids.sql";
 }
 
 /// The schema migrations, in order; the position plus one is the version recorded in
@@ -195,6 +220,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0008_job_unique_key.sql"),
     include_str!("../migrations/0009_ordering_keys.sql"),
     include_str!("../migrations/0010_rate_limits.sql"),
+    include_str!("../migrations/0011_groups.sql"),
 ];
 
 #[cfg(test)]
@@ -224,12 +250,23 @@ mod tests {
             .collect()
     }
 
+    /// Every statement stays in the connection's cache, with room to spare for the few
+    /// made elsewhere (the data version, the registry's).
+    #[test]
+    fn the_cache_holds_every_statement() {
+        assert!(
+            ALL.len() + 10 <= crate::schema::STATEMENT_CACHE,
+            "{}",
+            ALL.len()
+        );
+    }
+
     #[test]
     fn no_statement_scans_the_table_or_sorts() {
         for (name, steps) in plans() {
             for step in &steps {
                 // Purging a queue is rare enough not to pay for an index on `queue` alone.
-                let allowed_scan = name == "PURGE";
+                let allowed_scan = name == "PURGE" || name == "PURGE_MEMBERS";
                 let full_scan = step == "SCAN hopper_jobs";
                 let sorts = step.contains("TEMP B-TREE");
                 assert!(
@@ -404,6 +441,37 @@ mod tests {
             let (_, steps) = plans.iter().find(|(n, _)| n == name).unwrap();
             assert_eq!(steps, parts, "{name}");
         }
+    }
+
+    /// A group is read and counted by its name, its dead members by the group in the order
+    /// they died, and a counted member forgotten by its id: no statement of groups walks a
+    /// table, however many groups or members there are.
+    #[test]
+    fn groups_are_read_by_name() {
+        let names = [
+            "GROUP_SEALED",
+            "ADD_MEMBERS",
+            "COUNT_MEMBERS",
+            "FORGET_MEMBER",
+            "SEAL_GROUP",
+            "GROUP_COMPLETION",
+            "SET_GROUP_COMPLETION",
+            "GROUP_STATUS",
+            "GROUP_DEAD_IDS",
+        ];
+        let plans = plans();
+        for name in names {
+            let (_, steps) = plans.iter().find(|(n, _)| *n == name).unwrap();
+            assert!(
+                steps.iter().all(|s| !s.starts_with("SCAN")),
+                "{name}: {steps:?}"
+            );
+        }
+        let (_, dead) = plans.iter().find(|(n, _)| *n == "GROUP_DEAD_IDS").unwrap();
+        assert_eq!(
+            dead,
+            &["SEARCH hopper_group_dead USING INDEX hopper_group_dead_by_group (group_name=?)"]
+        );
     }
 
     /// Each listing is bounded by its cursor in the index, to the id: a page deep in a

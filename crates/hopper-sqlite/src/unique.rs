@@ -16,7 +16,7 @@ use hopper_core::job::{BLOCKED, earlier_with_key};
 use hopper_core::{Enqueued, JobId, Millis, NewJob};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::{queries, sql};
+use crate::{sql, store};
 
 /// Keys the sweep examines per worker report: a bounded step, however many keys are
 /// held, of about a millisecond on the database thread (one job looked up per key).
@@ -26,14 +26,16 @@ const SWEEP_STEP: i64 = 1000;
 /// start from the first.
 pub(crate) type SweepCursor = Option<(String, String)>;
 
-/// Enqueues a batch in which some jobs have a unique or an ordering key, in order. A job
-/// whose unique key an earlier job of the batch has is not stored and answers as that one
-/// did; one whose key is held by a job whose hold still stands is not stored and answers
-/// with the holder; every other job is inserted as [`queries::enqueue`] does and, with a
-/// key, takes it, over a stale holder if there was one. A stored job with a key keeps it
-/// in its row too (`INSERT_KEYED_JOB`), for its record, after the hold ends. A
-/// job with an ordering key (never with a unique one too) is inserted by
-/// `INSERT_ORDERED_JOB`, blocked behind the pending and leased jobs of its key.
+/// Enqueues a batch in which some jobs have a unique or an ordering key or a group (see
+/// [`crate::groups::enqueue`], which counts members), in order. A job whose unique key an
+/// earlier job of the batch has is not stored and answers as that one did; one whose key
+/// is held by a job whose hold still stands is not stored and answers with the holder;
+/// every other job is inserted as [`queries::enqueue`] does and, with a key, takes it,
+/// over a stale holder if there was one. A stored job with a key keeps it in its row too
+/// (`INSERT_KEYED_JOB`), for its record, after the hold ends. A job with an ordering key
+/// (never with a unique one too) is inserted by `INSERT_ORDERED_JOB`, blocked behind the
+/// pending and leased jobs of its key; a member of a group (never with a key of either
+/// kind) by `INSERT_MEMBER_JOB`, with its group.
 ///
 /// The holder is looked up before the job is inserted, rather than the job inserted and
 /// then deleted again on finding the key held: the writer is alone in the file, so the
@@ -48,6 +50,7 @@ pub(crate) fn enqueue(
     let mut holder = conn.prepare_cached(sql::UNIQUE_HOLDER)?;
     let mut take = conn.prepare_cached(sql::TAKE_UNIQUE_KEY)?;
     let mut insert_ordered = conn.prepare_cached(sql::INSERT_ORDERED_JOB)?;
+    let mut insert_member = None;
     let mut done: Vec<Enqueued> = Vec::with_capacity(jobs.len());
     for (job, earlier) in jobs.iter().zip(earlier_with_key(jobs)) {
         if let Some(first) = earlier {
@@ -55,9 +58,18 @@ pub(crate) fn enqueue(
             continue;
         }
         let Some(unique) = &job.unique else {
-            let id = match &job.ordering_key {
-                Some(key) => queries::insert_job(&mut insert_ordered, job, now, &[key, &BLOCKED])?,
-                None => queries::insert_job(&mut insert, job, now, &[])?,
+            let id = match (&job.ordering_key, &job.group) {
+                (Some(key), _) => {
+                    store::insert_job(&mut insert_ordered, job, now, &[key, &BLOCKED])?
+                }
+                (None, Some(group)) => {
+                    let insert = match &mut insert_member {
+                        Some(stmt) => stmt,
+                        None => insert_member.insert(conn.prepare_cached(sql::INSERT_MEMBER_JOB)?),
+                    };
+                    store::insert_job(insert, job, now, &[group])?
+                }
+                (None, None) => store::insert_job(&mut insert, job, now, &[])?,
             };
             done.push(Enqueued::stored(id));
             continue;
@@ -69,7 +81,7 @@ pub(crate) fn enqueue(
             done.push(Enqueued::existing(JobId(holder)));
             continue;
         }
-        let id = queries::insert_job(&mut insert_keyed, job, now, &[&unique.key])?;
+        let id = store::insert_job(&mut insert_keyed, job, now, &[&unique.key])?;
         take.execute(params![
             job.queue,
             unique.key,

@@ -4,13 +4,16 @@
 //! pause made through one broker stopping the workers of another, unique keys: a table
 //! jobs without one never reach, swept by worker reports, and ordering keys: an index jobs
 //! without one never reach, and blocked jobs as listings show them; rate limits: one
-//! window shared by brokers in several processes, kept through rows no broker wrote.
+//! window shared by brokers in several processes, kept through rows no broker wrote; groups:
+//! one completion job per group however many brokers of the file settle its members.
 
 mod sqlite {
     mod admin_migration;
     mod durability;
     mod glance;
     mod group_commit;
+    mod groups;
+    mod groups_migration;
     mod history;
     mod listing;
     mod open;

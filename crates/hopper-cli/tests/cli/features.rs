@@ -1,6 +1,6 @@
 //! Rate limits and groups through the commands alone, on SQLite: a limit set by an
-//! operator and one set by `hopper work --rate-limit` hold across processes; groups are
-//! refused by name where the broker keeps none.
+//! operator and one set by `hopper work --rate-limit` hold across processes; a group
+//! enqueued with `--group`, sealed and worked completes once, with its dead named.
 
 use std::time::Duration;
 
@@ -86,32 +86,67 @@ fn rate_limits_through_the_commands() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// SQLite does not count groups yet: members and seals are refused by name, and nothing
-/// is stored.
 #[test]
-fn groups_are_refused_where_the_broker_keeps_none() {
+fn groups_through_the_commands() {
     let (url, dir) = sqlite_url("groups");
     let url = url.as_str();
-    for args in [
-        &["enqueue", "rows", "--group", "import", "1"][..],
-        &["group", "seal", "import", "report"][..],
-        &["group", "show", "import"][..],
-    ] {
-        let mut all = vec!["--broker", url];
-        all.extend_from_slice(args);
-        let out = hopper(&all);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} succeeded");
-        assert!(
-            stderr.contains("does not support groups"),
-            "{args:?}: {stderr}"
-        );
-    }
-    assert_eq!(stats(url, "rows"), (0, 0, 0, 0), "nothing stored");
-    let bad = hopper(&["--broker", url, "enqueue", "rows", "--group", "", "1"]);
-    assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("group"),
-        "{bad:?}"
+    let ids = ok(
+        url,
+        &["enqueue", "rows", "--group", "import"],
+        Some("1\n2\n3\n"),
     );
+    assert_eq!(ids.lines().count(), 3);
+    assert_eq!(
+        ok(
+            url,
+            &["group", "seal", "import", "report", r#"{"of":"import"}"#],
+            None
+        ),
+        "import: sealed; the completion job follows the last of 3 members\n"
+    );
+    let show = || -> serde_json::Value {
+        let out = ok(url, &["group", "show", "import", "--json"], None);
+        serde_json::from_str(&out).expect("group show --json is JSON")
+    };
+    let status = show();
+    assert_eq!(
+        (status["members"].as_u64(), status["unsettled"].as_u64()),
+        (Some(3), Some(3))
+    );
+    assert_eq!(status["sealed"], true);
+    let late = hopper(&["--broker", url, "enqueue", "rows", "--group", "import", "4"]);
+    let stderr = String::from_utf8_lossy(&late.stderr);
+    assert!(
+        !late.status.success() && stderr.contains("group"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stats(url, "rows"),
+        (3, 0, 0, 0),
+        "the late member was not stored"
+    );
+
+    // Row 2 cannot succeed: exit 65 dead-letters it at once.
+    let worker = start_work(url, "rows", r#"test "$(cat)" != 2 || exit 65"#);
+    wait_for_stats(url, "report", (1, 0, 0, 0));
+    stop(worker);
+    let status = show();
+    let dead: i64 = ids.lines().nth(1).unwrap().parse().unwrap();
+    assert_eq!(
+        (status["succeeded"].as_u64(), status["unsettled"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(status["dead"], serde_json::json!([dead]));
+    assert!(status["completion"].is_i64(), "{status}");
+    let text = ok(url, &["group", "show", "import"], None);
+    assert!(text.contains(&format!("dead       1  ({dead})")), "{text}");
+    let again = hopper(&["--broker", url, "group", "seal", "import", "report"]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && stderr.contains("group"),
+        "{stderr}"
+    );
+    let missing = hopper(&["--broker", url, "group", "show", "nothing"]);
+    assert!(!missing.status.success());
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,11 +1,13 @@
 //! The operator calls besides listing: dead letters re-driven or discarded, queues paused
-//! and resumed for every worker of the schema, and the names and statistics of queues.
+//! and resumed for every worker of the schema, and the names and statistics of queues
+//! (rate limits are set in `rate`).
 
 use hopper_core::admin::{QueueStatus, Selection, lag_since};
 use hopper_core::registry::windows;
 use hopper_core::{QueueCounts, Result};
 
 use super::PgBroker;
+use super::rate::stored_limit;
 use super::registry::{bucket_ms, buckets};
 
 /// A selection as the parameters of retry_dead.sql and discard_dead.sql: the ids, or the
@@ -103,9 +105,25 @@ impl PgBroker {
         queue: &str,
         bound: Option<u64>,
     ) -> Result<QueueStatus> {
-        // The counts, paused, oldest_due, now, then the buckets' starts and counts.
-        type Row = (i64, i64, i64, i64, bool, Option<i64>, i64, V, V, V, V);
+        // The counts, paused, oldest_due, now, the buckets' starts and counts, then the
+        // rate limit's starts per window and window.
+        type Row = (
+            i64,
+            i64,
+            i64,
+            i64,
+            bool,
+            Option<i64>,
+            i64,
+            V,
+            V,
+            V,
+            V,
+            L,
+            Option<i64>,
+        );
         type V = Vec<i64>;
+        type L = Option<i32>;
         // How many jobs each count reads at most: one past the bound says "more".
         let limit = bound.map(|b| i64::try_from(b.saturating_add(1)).unwrap_or(i64::MAX));
         let mut held = self.inner.conns.get().await?;
@@ -134,7 +152,7 @@ impl PgBroker {
             last_hour: Some(last_hour),
             bound,
             consumers: None,
-            rate_limit: None,
+            rate_limit: stored_limit(queue, row.11, row.12),
         })
     }
 }

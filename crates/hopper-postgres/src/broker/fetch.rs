@@ -1,5 +1,6 @@
-//! Fetching: one claim statement takes every queue's budget under a new lease, and carries
-//! the reaper of expired leases when it is due (see claim.sql).
+//! Fetching: one claim statement takes every queue's budget under a new lease, cut to the
+//! room of each limited queue's rate window (see `rate`), and carries the reaper of
+//! expired leases when it is due (see claim.sql).
 
 use hopper_core::job::{to_millis, unreadable_row};
 use hopper_core::{
@@ -7,6 +8,7 @@ use hopper_core::{
 };
 use sqlx::Row;
 
+use super::rate::broken_limit;
 use super::rows::job_from_row;
 use super::{PgBroker, db_err};
 use crate::conn::Held;
@@ -17,12 +19,18 @@ impl PgBroker {
         let lease = LeaseId::random();
         let now = self.now();
         let now_hint = now.unwrap_or_else(|| to_millis(std::time::SystemTime::now()));
-        let (queues, limits): (Vec<String>, Vec<i32>) = request
-            .budgets
-            .iter()
-            .filter(|b| b.limit > 0)
-            .map(|b| (b.queue.clone(), b.limit.min(i32::MAX as usize) as i32))
-            .unzip();
+        let (mut queues, mut limits) = (Vec::new(), Vec::<i32>::new());
+        for b in request.budgets.iter().filter(|b| b.limit > 0) {
+            let n = b.limit.min(i32::MAX as usize) as i32;
+            // A queue asked twice is one budget: its rate window cuts them as one.
+            match queues.iter().position(|q| q == &b.queue) {
+                Some(i) => limits[i] = limits[i].saturating_add(n),
+                None => {
+                    queues.push(b.queue.clone());
+                    limits.push(n);
+                }
+            }
+        }
         if queues.is_empty() {
             return Ok(Fetched {
                 lease,
@@ -165,7 +173,8 @@ async fn claim(
         }
     };
     // Kind 0 is a claimed job, 1 the next due time, 2 how many jobs the reaper returned,
-    // 3 a key whose job the reaper dead-lettered.
+    // 3 a key whose job the reaper dead-lettered, 4 a rate limit stored wrong, 6 when a
+    // full rate window that cut a budget has room again.
     let mut jobs = Vec::with_capacity(rows.len());
     let (mut next_due, mut reaped, mut unreadable) = (None, false, Vec::new());
     let mut lines = Vec::new();
@@ -186,8 +195,13 @@ async fn claim(
                     },
                 }),
             },
-            1 => next_due = extra,
+            1 | 6 => next_due = earliest(next_due, extra),
             2 => reaped = true,
+            4 => {
+                let queue: String = row.try_get(1).map_err(db_err("decoding claimed jobs"))?;
+                let why: String = row.try_get(11).map_err(db_err("decoding claimed jobs"))?;
+                broken_limit(&queue, &why);
+            }
             _ => lines.push((
                 row.try_get(1).map_err(db_err("decoding claimed jobs"))?,
                 row.try_get(11).map_err(db_err("decoding claimed jobs"))?,
@@ -195,4 +209,12 @@ async fn claim(
         }
     }
     Ok((jobs, next_due, reaped, unreadable, lines))
+}
+
+/// The earlier of two due times, either of which may be missing.
+fn earliest(a: Option<Millis>, b: Option<Millis>) -> Option<Millis> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }

@@ -12,6 +12,7 @@
 //! - `inspect`: cancel, job records, counts, dead letters and purge;
 //! - `listing`: pages of a queue's jobs in one state, by cursor;
 //! - `admin`: the other operator calls: re-drives, pauses, queue names and statistics;
+//! - `rate`: rate limits, set here and kept by the claim statement;
 //! - `maintenance`: vacuuming the jobs table, pruning completed jobs and stale unique keys;
 //! - `registry`: live workers and throughput buckets;
 //! - `rows`: jobs and job records decoded from rows.
@@ -24,6 +25,7 @@ mod inspect;
 mod listing;
 mod maintenance;
 mod ordering;
+mod rate;
 mod registry;
 mod renew;
 mod rows;
@@ -37,7 +39,8 @@ use hopper_core::admin::{JobPage, JobQuery, QueueStatus, Selection};
 use hopper_core::clock::Pace;
 use hopper_core::{
     AdminCalls, Broker, CancelOutcome, Capabilities, CheckedJobs, Enqueued, Error, FetchRequest,
-    Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, Result, SettleReport, Settlement,
+    Fetched, JobId, JobRecord, LeaseId, Millis, QueueCounts, RateLimit, Result, SettleReport,
+    Settlement,
 };
 use hopper_core::{Bucket, WorkerBeat, WorkerInfo};
 use tokio::sync::watch;
@@ -162,6 +165,7 @@ impl Broker for PgBroker {
             .with_admin(AdminCalls::RECORDS)
             .with_unique()
             .with_ordered()
+            .with_rate_limits()
     }
 
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
@@ -260,6 +264,15 @@ impl Broker for PgBroker {
             "resuming a queue"
         };
         self.answered(what, self.pause_queue(queue, paused)).await
+    }
+
+    async fn set_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
+        hopper_core::job::validate_queue_name(queue)?;
+        let what = match limit {
+            Some(_) => "setting a rate limit",
+            None => "lifting a rate limit",
+        };
+        self.answered(what, self.limit_rate(queue, limit)).await
     }
 
     async fn queues(&self) -> Result<Vec<String>> {

@@ -25,18 +25,11 @@ async fn a_schema_from_before_ordering_keys_keeps_its_jobs_and_orders_new_ones()
     let options = schema_at(9).await;
     let name = options.schema.clone();
     let mut raw = PgConnection::connect(&url()).await.unwrap();
-    let old: i64 = sqlx::query_scalar(&format!(
-        "INSERT INTO {name}.hopper_jobs (queue, state, run_at, attempt, max_attempts,
-                                         payload, created_at)
-         VALUES ('q', 0, 0, 0, 5, 'old', 0) RETURNING id"
-    ))
-    .fetch_one(&mut raw)
-    .await
-    .unwrap();
+    let old = super::support::insert_old_job(&mut raw, &name).await;
     let applied = hopper_postgres::migrate_with(&url(), &options)
         .await
         .unwrap();
-    assert_eq!(applied, 1);
+    assert_eq!(applied, 2, "ordering keys, then rate limits");
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexname::text FROM pg_indexes
          WHERE schemaname = $1 AND indexname LIKE 'hopper_jobs_ordering%' ORDER BY 1",

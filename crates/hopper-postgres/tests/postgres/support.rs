@@ -54,6 +54,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0008_worker_schedules.sql"),
     include_str!("../../migrations/0009_job_unique_keys.sql"),
     include_str!("../../migrations/0010_ordering_keys.sql"),
+    include_str!("../../migrations/0011_rate_limits.sql"),
 ];
 
 /// A schema of its own migrated to `version` only, as the release that shipped that
@@ -101,4 +102,17 @@ pub async fn fresh() -> Arc<dyn Broker> {
     broker_with(|o| o.clock(Clock::tokio()).listen(false))
         .await
         .0
+}
+
+/// Stores a pending job `old` of queue `q` in schema `name` as an older version's rows
+/// hold it, with SQL alone; its id.
+pub async fn insert_old_job(raw: &mut sqlx::PgConnection, name: &str) -> i64 {
+    sqlx::query_scalar(&format!(
+        "INSERT INTO {name}.hopper_jobs (queue, state, run_at, attempt, max_attempts,
+                                         payload, created_at)
+         VALUES ('q', 0, 0, 0, 5, 'old', 0) RETURNING id"
+    ))
+    .fetch_one(raw)
+    .await
+    .unwrap()
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::{
-    Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched, JobId,
-    JobPage, JobQuery, JobRecord, LeaseId, QueueCounts, QueueStatus, RateLimit, Result, Selection,
-    SettleReport, Settlement, WorkerBeat, WorkerInfo,
+    Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, FetchRequest, Fetched,
+    GroupStatus, JobId, JobPage, JobQuery, JobRecord, LeaseId, NewJob, QueueCounts, QueueStatus,
+    RateLimit, Result, Selection, SettleReport, Settlement, WorkerBeat, WorkerInfo,
 };
 use hopper_sqlite::{SqliteBroker, SqliteOptions};
 use tokio::sync::watch;
@@ -139,6 +139,14 @@ impl Broker for TempBroker {
         self.broker.set_rate_limit(queue, limit).await
     }
 
+    async fn seal_group(&self, group: &str, completion: NewJob) -> Result<GroupStatus> {
+        self.broker.seal_group(group, completion).await
+    }
+
+    async fn group(&self, group: &str) -> Result<Option<GroupStatus>> {
+        self.broker.group(group).await
+    }
+
     async fn queues(&self) -> Result<Vec<String>> {
         self.broker.queues().await
     }
@@ -188,7 +196,7 @@ pub async fn worker_target() -> hopper_testkit::worker_cases::Target {
 }
 
 /// The crate's migrations, in order, to make a file as an earlier release left it.
-const MIGRATIONS: [&str; 10] = [
+const MIGRATIONS: [&str; 11] = [
     include_str!("../../migrations/0001_create_jobs.sql"),
     include_str!("../../migrations/0002_one_lease_index.sql"),
     include_str!("../../migrations/0003_range_checks.sql"),
@@ -199,6 +207,7 @@ const MIGRATIONS: [&str; 10] = [
     include_str!("../../migrations/0008_job_unique_key.sql"),
     include_str!("../../migrations/0009_ordering_keys.sql"),
     include_str!("../../migrations/0010_rate_limits.sql"),
+    include_str!("../../migrations/0011_groups.sql"),
 ];
 
 /// A connection to `db`, its schema built by the first `version` migrations and marked

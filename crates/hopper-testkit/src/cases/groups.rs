@@ -207,7 +207,7 @@ pub async fn groups(broker: Arc<dyn Broker>) {
     let h = enqueue(
         &broker,
         vec![
-            member("q2", "h", "h0"),
+            member("q4", "h", "h0"),
             member("q2", "h", "h1"),
             member("q3", "h", "h2").max_attempts(1),
         ],

@@ -1,0 +1,1 @@
+SELECT job_id FROM hopper_group_dead WHERE group_name = ?1 ORDER BY seq

@@ -1,0 +1,1 @@
+SELECT sealed FROM hopper_groups WHERE name = ?1
