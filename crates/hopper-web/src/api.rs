@@ -1,4 +1,5 @@
-//! The API's reads: the session, queues, a queue's jobs by state, one job, live workers.
+//! The API's reads: the session, queues, a queue's jobs by state, one job, a group, live
+//! workers.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use utoipa::IntoParams;
 use crate::App;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::timeline::Track;
-use crate::views::{JobView, PageView, QueueDetail, QueueView, SessionView, WorkerView};
+use crate::views::{GroupView, JobView, PageView, QueueDetail, QueueView, SessionView, WorkerView};
 use hopper::admin::COUNT_BOUND;
 
 /// The broker's name and abilities, and the token state-changing calls carry.
@@ -168,6 +169,25 @@ pub async fn job(State(app): State<Arc<App>>, Path(id): Path<String>) -> ApiResu
     match app.broker.job(id).await? {
         Some(record) => Ok(Json(JobView::from(&record))),
         None => Err(ApiError::not_found(format!("no job {id}"))),
+    }
+}
+
+/// A group of jobs: its members by outcome, the dead by id, its completion job.
+#[utoipa::path(get, path = "/api/groups/{group}",
+    params(("group" = String, Path, description = "the group's name")),
+    responses(
+        (status = 200, body = GroupView),
+        (status = 400, description = "an invalid group name", body = ErrorBody),
+        (status = 404, description = "no such group, or a broker without groups", body = ErrorBody),
+    ))]
+pub async fn group(
+    State(app): State<Arc<App>>,
+    Path(group): Path<String>,
+) -> ApiResult<Json<GroupView>> {
+    hopper::group::validate_group(&group)?;
+    match app.broker.group(&group).await? {
+        Some(status) => Ok(Json(GroupView::from(&status))),
+        None => Err(ApiError::not_found(format!("no group named {group}"))),
     }
 }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use hopper::registry::{Bucket, QueueBeat};
-use hopper::{AttemptError, JobRecord, QueueStatus, Throughput, WorkerInfo};
+use hopper::{AttemptError, GroupStatus, JobRecord, QueueStatus, Throughput, WorkerInfo};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -322,4 +322,36 @@ pub struct Changed {
 pub struct DeadSelection {
     pub ids: Option<Vec<i64>>,
     pub all: Option<bool>,
+}
+
+/// A group of jobs: its members by outcome, the ids of those that died (in the order they
+/// died), and its completion job once enqueued.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct GroupView {
+    pub group: String,
+    pub members: u64,
+    pub succeeded: u64,
+    pub dead: Vec<i64>,
+    pub cancelled: u64,
+    /// Members not settled yet.
+    pub unsettled: u64,
+    /// Whether the group takes no more members and has its completion job.
+    pub sealed: bool,
+    /// The completion job's id, once enqueued.
+    pub completion: Option<i64>,
+}
+
+impl From<&GroupStatus> for GroupView {
+    fn from(s: &GroupStatus) -> Self {
+        GroupView {
+            group: s.group.clone(),
+            members: s.members,
+            succeeded: s.succeeded,
+            dead: s.dead.iter().map(|id| id.0).collect(),
+            cancelled: s.cancelled,
+            unsettled: s.unsettled(),
+            sealed: s.sealed,
+            completion: s.completion.map(|id| id.0),
+        }
+    }
 }

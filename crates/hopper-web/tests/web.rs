@@ -4,6 +4,7 @@ mod web {
     mod api;
     mod browser;
     mod fetching;
+    mod groups;
     mod pages;
     mod rabbitmq;
     mod schema;

@@ -55,6 +55,10 @@ fn job_body(app: &App, r: &JobRecord) -> Markup {
         section.panel {
             dl.fields {
                 dt { "queue" } dd { a href=(format!("/queues/{}", j.queue)) { (j.queue) } }
+                @if let Some(group) = j.headers.get(hopper::group::GROUP_HEADER) {
+                    dt { "completes group" }
+                    dd { a href=(super::group::group_href(group)) #group { (group) } }
+                }
                 dt { "attempts" } dd { (j.attempt) " of " (j.max_attempts) }
                 dt { "priority" } dd { (j.priority) }
                 dt { "enqueued" } dd { (time(j.created_at)) }

@@ -5,10 +5,11 @@
 //! - `overview`: every queue, the last hour's throughput, live workers;
 //! - `queue`: one queue's counts, chart, jobs by state, its actions; dead letters picked
 //!   and re-driven; `fetching`: how its workers fetch; `job`: one job, and the workers
-//!   page.
+//!   page; `group`: a group of jobs and its completion job.
 
 mod chart;
 mod fetching;
+mod group;
 mod job;
 mod overview;
 mod queue;
@@ -21,6 +22,7 @@ use maud::{DOCTYPE, Markup, html};
 
 use crate::App;
 
+pub(crate) use group::group;
 pub(crate) use job::{job, workers};
 pub(crate) use overview::overview;
 pub(crate) use queue::queue;
