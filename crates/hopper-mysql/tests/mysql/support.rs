@@ -157,9 +157,22 @@ impl CountedUser {
     }
 
     /// The statements this user has run, as the server counts them.
+    ///
+    /// MariaDB counts a statement after its reply, so a statement just answered may not be
+    /// counted yet: the count is read until two readings 30 ms apart agree (up to 2 s), so
+    /// that a loaded machine does not move a statement from one call's count to the next.
     pub async fn statements(&self) -> i64 {
-        self.statistic("SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS")
-            .await
+        let read = || self.statistic("SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS");
+        let mut last = read().await;
+        for _ in 0..66 {
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            let now = read().await;
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+        last
     }
 
     /// The rows this user's statements have read, as the server counts them.
