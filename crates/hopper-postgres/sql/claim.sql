@@ -11,7 +11,8 @@
 -- run_at of a delayed job when fewer than $7 jobs were claimed, then one row of kind 2
 -- carrying how many jobs the reaper returned to pending, when there were any, then a row
 -- of kind 3 for each job with an ordering key the reaper dead-lettered: its queue and key,
--- whose next job the broker then unblocks, then the rows of kinds 4 and 6 about rate
+-- whose next job the broker then unblocks (a row of kind 2 also when the reaper's dead
+-- letters completed a group, see `grouped`), then the rows of kinds 4 and 6 about rate
 -- limits (below). Jobs blocked behind their key (`run_at` past the year 9999, see
 -- 0010_ordering_keys.sql) are never due, nor a delayed job's due time.
 --
@@ -70,7 +71,16 @@ reaped AS (
         FOR UPDATE SKIP LOCKED
     ) AS expired, now
     WHERE t.id = expired.id
-    RETURNING t.state, t.queue, t.ordering_key
+    RETURNING t.id, t.state, t.queue, t.ordering_key, t.group_name
+),
+-- Members of groups the reaper dead-lettered, counted here (see settle.sql); a row of kind
+-- 2 says a completion job was enqueued, so the broker claims again and wakes its workers.
+grouped AS (
+    SELECT {schema}.hopper_group_count(array_agg(group_name), array_agg(state::smallint),
+                                       array_agg(id), $3::bigint, $9::text) AS fired
+    FROM reaped
+    WHERE reaped.state = 3 AND reaped.group_name IS NOT NULL
+    HAVING count(*) > 0
 ),
 windows AS MATERIALIZED (
     SELECT w.* FROM {schema}.hopper_rate_take($1::text[], (SELECT ms FROM now)) AS w
@@ -142,6 +152,10 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2::smallint, count(
 FROM reaped
 WHERE reaped.state = 0
 HAVING count(*) > 0
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2::smallint, fired::bigint, NULL
+FROM grouped
+WHERE fired > 0
 UNION ALL
 SELECT NULL, queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 3::smallint, NULL, ordering_key
 FROM reaped

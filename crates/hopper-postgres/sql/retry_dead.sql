@@ -23,6 +23,8 @@ changed AS (
         attempt = 0,
         run_at = now.ms + CASE WHEN t.ordering_key IS NULL THEN 0 ELSE 4611686018427387904 END,
         finished_at = NULL,
+        -- A member re-driven was counted when it died: it is a plain job from now on.
+        group_name = NULL,
         lease_id = NULL,
         lease_expires = NULL
     FROM now

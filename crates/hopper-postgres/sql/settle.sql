@@ -4,6 +4,10 @@
 -- that ended (completed, dead or cancelled): the broker then unblocks the key's next.
 -- Both NULL for the others, so settling plain jobs decodes no text.
 --
+-- Members of groups (0012_groups.sql) that ended are counted by `grouped`, in this same
+-- statement, which enqueues the completion job of a group they leave done; a row of NULLs
+-- says one was. For plain jobs it is an aggregate over no rows: the function is not run.
+--
 -- `t.state + 0 = 1` rather than `t.state = 1`: it keeps the planner on the primary key. The
 -- plain form lets it use the partial index of leased jobs, which statistics taken while
 -- few jobs were leased make look empty, and walk every leased job for each settlement.
@@ -24,7 +28,7 @@ acked AS (
     WHERE NOT $7::bool AND s.kind = 0
       AND t.id = s.id AND t.state + 0 = 1 AND t.lease_id = s.lease
     RETURNING t.id, CASE WHEN t.ordering_key IS NOT NULL THEN t.queue END AS queue,
-              t.ordering_key
+              t.ordering_key, t.group_name
 ),
 changed AS (
     UPDATE {schema}.hopper_jobs AS t
@@ -48,8 +52,22 @@ changed AS (
       AND t.id = s.id AND t.state + 0 = 1 AND t.lease_id = s.lease
     RETURNING t.id,
               CASE WHEN t.state >= 2 AND t.ordering_key IS NOT NULL THEN t.queue END AS queue,
-              CASE WHEN t.state >= 2 THEN t.ordering_key END AS ordering_key
+              CASE WHEN t.state >= 2 THEN t.ordering_key END AS ordering_key,
+              CASE WHEN t.state >= 2 THEN t.group_name END AS group_name, t.state
+),
+grouped AS (
+    SELECT {schema}.hopper_group_count(e.names, e.states, e.ids, $6::bigint, $11::text) AS fired
+    FROM (SELECT array_agg(m.group_name) AS names, array_agg(m.state) AS states,
+                 array_agg(m.id) AS ids
+          FROM (SELECT id, group_name, 2::smallint AS state FROM acked
+                WHERE group_name IS NOT NULL
+                UNION ALL
+                SELECT id, group_name, state::smallint FROM changed
+                WHERE group_name IS NOT NULL) AS m) AS e
+    WHERE e.names IS NOT NULL
 )
 SELECT id, queue, ordering_key FROM acked
 UNION ALL
 SELECT id, queue, ordering_key FROM changed
+UNION ALL
+SELECT NULL, NULL, NULL FROM grouped WHERE fired > 0

@@ -9,8 +9,10 @@
 //! keys live in a table of their own: a batch with keys is still one statement, which
 //! takes each key under its row lock; claims and settlements never touch that table. A
 //! rate-limited queue's window is a row the claim statement locks, reads and extends in the
-//! same round trip (`broker::rate`), so claimers in every process share it. Idle workers
-//! wake on LISTEN/NOTIFY.
+//! same round trip (`broker::rate`), so claimers in every process share it. A group's
+//! members are counted by the very statement that ends each one, which enqueues the
+//! completion job of a group it leaves done (`broker::groups`). Idle workers wake on
+//! LISTEN/NOTIFY.
 //!
 //! # Layout
 //! - [`broker`]: [`PgBroker`], the [`Broker`](hopper_core::Broker) implementation,

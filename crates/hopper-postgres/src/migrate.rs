@@ -22,6 +22,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0009_job_unique_keys.sql"),
     include_str!("../migrations/0010_ordering_keys.sql"),
     include_str!("../migrations/0011_rate_limits.sql"),
+    include_str!("../migrations/0012_groups.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.

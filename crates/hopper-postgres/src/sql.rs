@@ -55,6 +55,10 @@ statements!(
     deregister,
     workers,
     throughput,
+    enqueue_group,
+    group_seal,
+    group_status,
+    group_sweep,
 );
 
 /// A statement for `schema`: its text is the key of each connection's prepared-statement

@@ -4,6 +4,7 @@
 mod postgres {
     mod crash;
     mod glance_scale;
+    mod groups;
     mod history;
     mod killed;
     mod list_plans;

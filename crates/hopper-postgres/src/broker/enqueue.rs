@@ -5,10 +5,14 @@
 //! keys. A batch with keys takes enqueue_unique.sql, still one statement: it takes each
 //! key or finds its holder, and stores only the jobs that took theirs (or have none). A
 //! batch with ordering keys takes enqueue_ordered.sql, one statement too (see
-//! `ordering`).
+//! `ordering`). A batch with members of groups takes enqueue_group.sql, one statement
+//! that also counts them, or refuses the whole batch when one of its groups is sealed
+//! (see `groups`).
 
 use hopper_core::job::earlier_with_key;
-use hopper_core::{Broker, CheckedJobs, Enqueued, JobId, Millis, NewJob, Result, UniqueScope};
+use hopper_core::{
+    Broker, CheckedJobs, ConfigError, Enqueued, JobId, Millis, NewJob, Result, UniqueScope,
+};
 use sqlx::Row;
 use sqlx::postgres::PgConnection;
 
@@ -57,7 +61,7 @@ impl PgBroker {
         let batch = Batch::new(checked, self.now());
         self.send(conn, &batch)
             .await
-            .map_err(db_err("enqueueing jobs"))
+            .map_err(db_err("enqueueing jobs"))?
     }
 
     /// Inserts jobs already checked on the broker's own connections, and says what became
@@ -73,14 +77,15 @@ impl PgBroker {
         loop {
             let mut held = self.inner.conns.get().await?;
             match self.send(held.conn(), &batch).await {
-                Ok(done) => return Ok(done),
+                Ok(done) => return done,
                 Err(e) => {
                     held.check(&e);
                     if !ended && ended_by_server(&e) {
                         ended = true;
                         continue;
                     }
-                    let locks = batch.keys.is_some() || batch.ordering.is_some();
+                    let locks =
+                        batch.keys.is_some() || batch.ordering.is_some() || batch.groups.is_some();
                     if locks && races < RACE_RETRIES && lost_a_race(&e) {
                         races += 1;
                         continue;
@@ -93,8 +98,16 @@ impl PgBroker {
 
     /// Sends `batch` in one statement: enqueue.sql when no job has a key,
     /// enqueue_unique.sql for unique keys, enqueue_ordered.sql for ordering keys. Says
-    /// what became of each job, in input order.
-    async fn send(&self, conn: &mut PgConnection, batch: &Batch) -> sqlx::Result<Vec<Enqueued>> {
+    /// what became of each job, in input order. A batch with members of groups takes
+    /// enqueue_group.sql, and is refused (the inner error) when one of them is sealed.
+    async fn send(
+        &self,
+        conn: &mut PgConnection,
+        batch: &Batch,
+    ) -> sqlx::Result<Result<Vec<Enqueued>>> {
+        if let Some(groups) = &batch.groups {
+            return self.send_members(conn, batch, groups).await;
+        }
         let sql = match (&batch.keys, &batch.ordering) {
             (Some(_), _) => &self.inner.sql.enqueue_unique,
             (None, Some(_)) => &self.inner.sql.enqueue_ordered,
@@ -121,11 +134,11 @@ impl PgBroker {
                 .bind(&keys.periods);
         }
         let rows = query.fetch_all(conn).await?;
-        match &batch.keys {
+        let done = match &batch.keys {
             None => rows
                 .iter()
                 .map(|row| Ok(Enqueued::stored(JobId(row.try_get(0)?))))
-                .collect(),
+                .collect::<sqlx::Result<Vec<_>>>(),
             Some(keys) => {
                 let sent = rows
                     .iter()
@@ -133,7 +146,58 @@ impl PgBroker {
                     .collect::<sqlx::Result<Vec<_>>>()?;
                 Ok(keys.answers(&sent))
             }
+        }?;
+        Ok(Ok(done))
+    }
+
+    /// Sends a batch with members of groups (enqueue_group.sql): stored and counted, or
+    /// refused, storing nothing, when one of its groups is sealed.
+    async fn send_members(
+        &self,
+        conn: &mut PgConnection,
+        batch: &Batch,
+        groups: &[Option<String>],
+    ) -> sqlx::Result<Result<Vec<Enqueued>>> {
+        let a = &batch.arrays;
+        let no_keys;
+        let keys = match &batch.ordering {
+            Some(keys) => keys,
+            None => {
+                no_keys = vec![None::<String>; groups.len()];
+                &no_keys
+            }
+        };
+        let rows: Vec<(Option<i64>, Option<String>)> =
+            sqlx::query_as(&self.inner.sql.enqueue_group)
+                .bind(&a.queues)
+                .bind(&a.payloads)
+                .bind(&a.priorities)
+                .bind(&a.run_at)
+                .bind(&a.delay_ms)
+                .bind(&a.max_attempts)
+                .bind(&a.headers)
+                .bind(batch.now)
+                .bind(keys)
+                .bind(groups)
+                .bind(&self.inner.channel)
+                .fetch_all(conn)
+                .await?;
+        let mut done = Vec::with_capacity(rows.len());
+        for (id, refused) in rows {
+            if let Some(group) = refused {
+                let allowed = "a group not sealed yet: a sealed group takes no more members";
+                return Ok(Err(ConfigError::new(
+                    "group",
+                    group.escape_debug(),
+                    allowed,
+                )
+                .into()));
+            }
+            if let Some(id) = id {
+                done.push(Enqueued::stored(JobId(id)));
+            }
         }
+        Ok(Ok(done))
     }
 }
 
@@ -156,6 +220,8 @@ struct Batch {
     /// Each job's ordering key, when any job has one (never beside unique keys: the
     /// batch was refused).
     ordering: Option<Vec<Option<String>>>,
+    /// Each job's group, when any job is a member of one (never beside unique keys).
+    groups: Option<Vec<Option<String>>>,
 }
 
 /// The keys of a batch in which some job has one. Only the first job of each queue and key
@@ -180,10 +246,15 @@ impl Batch {
         });
         let ordered = jobs.iter().any(|j| j.ordering_key.is_some());
         let mut ordering = ordered.then(|| Vec::with_capacity(jobs.len()));
+        let grouped = jobs.iter().any(|j| j.group.is_some());
+        let mut groups = grouped.then(|| Vec::with_capacity(jobs.len()));
         let mut a = EnqueueArrays::with_capacity(jobs.len());
         for (i, mut job) in jobs.into_iter().enumerate() {
             if let Some(o) = &mut ordering {
                 o.push(job.ordering_key.take());
+            }
+            if let Some(g) = &mut groups {
+                g.push(job.group.take());
             }
             if let Some(k) = &mut keys {
                 if k.earlier[i].is_some() {
@@ -205,6 +276,7 @@ impl Batch {
             now,
             keys,
             ordering,
+            groups,
         }
     }
 }

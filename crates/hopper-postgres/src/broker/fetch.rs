@@ -46,6 +46,7 @@ impl PgBroker {
         let reap = self.inner.reap_pace.due(now_hint);
         let (mut jobs, mut next_due, reaped, mut unreadable, lines) = claim(
             &self.inner.sql.claim,
+            &self.inner.channel,
             &mut held,
             &queues,
             &limits,
@@ -70,6 +71,7 @@ impl PgBroker {
                     .collect();
                 let (more, due, _, more_unreadable, _) = claim(
                     &self.inner.sql.claim,
+                    &self.inner.channel,
                     &mut held,
                     &queues,
                     &left,
@@ -145,6 +147,7 @@ type Claimed = (
 #[allow(clippy::too_many_arguments)]
 async fn claim(
     sql: &str,
+    channel: &str,
     held: &mut Held<'_>,
     queues: &[String],
     limits: &[i32],
@@ -163,6 +166,7 @@ async fn claim(
         .bind(reap)
         .bind(asked.min(i64::from(i32::MAX)) as i32)
         .bind(hopper_core::admin::ERROR_HISTORY as i32)
+        .bind(channel)
         .fetch_all(held.conn())
         .await;
     let rows = match rows {

@@ -10,14 +10,19 @@ impl PgBroker {
     /// [`Broker::cancel`](hopper_core::Broker::cancel).
     pub(super) async fn cancel_job(&self, id: JobId) -> Result<CancelOutcome> {
         let mut held = self.inner.conns.get().await?;
-        let cancelled: Option<(i64, Option<String>, Option<String>)> =
+        let cancelled: Option<(i64, Option<String>, Option<String>, bool)> =
             sqlx::query_as(&self.inner.sql.cancel)
                 .bind(id.0)
                 .bind(self.now())
+                .bind(&self.inner.channel)
                 .fetch_optional(held.conn())
                 .await
                 .map_err(|e| held.fail("cancelling a job", e))?;
-        if let Some((_, queue, key)) = cancelled {
+        if let Some((_, queue, key, fired)) = cancelled {
+            if fired {
+                // The last member of a sealed group: its completion job was enqueued.
+                self.bump();
+            }
             if let (Some(queue), Some(key)) = (queue, key) {
                 self.unblock(held.conn(), vec![(queue, key)]).await?;
             }
@@ -88,11 +93,17 @@ impl PgBroker {
     /// [`Broker::purge`](hopper_core::Broker::purge).
     pub(super) async fn purge_queue(&self, queue: &str) -> Result<u64> {
         let mut held = self.inner.conns.get().await?;
-        let done = sqlx::query(&self.inner.sql.purge)
+        let (n, fired): (i64, bool) = sqlx::query_as(&self.inner.sql.purge)
             .bind(queue)
-            .execute(held.conn())
+            .bind(self.now())
+            .bind(&self.inner.channel)
+            .fetch_one(held.conn())
             .await
             .map_err(|e| held.fail("purging a queue", e))?;
-        Ok(done.rows_affected())
+        if fired {
+            // Purged members completed a group: its completion job was enqueued.
+            self.bump();
+        }
+        Ok(n.max(0) as u64)
     }
 }

@@ -182,6 +182,14 @@ impl PgBroker {
                 Ok(n) => tracing::info!(n, "unblocked the next jobs of keys left blocked"),
                 Err(e) => tracing::warn!(error = %e, "sweeping ordering keys failed"),
             }
+            match broker
+                .answered("sweeping groups", broker.sweep_groups())
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(n, "enqueued completion jobs of groups left unfired"),
+                Err(e) => tracing::warn!(error = %e, "sweeping groups failed"),
+            }
             broker
                 .inner
                 .key_prune

@@ -13,6 +13,8 @@
 //! - `listing`: pages of a queue's jobs in one state, by cursor;
 //! - `admin`: the other operator calls: re-drives, pauses, queue names and statistics;
 //! - `rate`: rate limits, set here and kept by the claim statement;
+//! - `groups`: sealing and reading groups, and the sweep for groups left unfired; members
+//!   are counted by the statements that end them;
 //! - `maintenance`: vacuuming the jobs table, pruning completed jobs and stale unique keys;
 //! - `registry`: live workers and throughput buckets;
 //! - `rows`: jobs and job records decoded from rows.
@@ -21,6 +23,7 @@ mod admin;
 mod connect;
 mod enqueue;
 mod fetch;
+mod groups;
 mod inspect;
 mod listing;
 mod maintenance;
@@ -166,6 +169,7 @@ impl Broker for PgBroker {
             .with_unique()
             .with_ordered()
             .with_rate_limits()
+            .with_groups()
     }
 
     async fn enqueue_checked(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
@@ -217,6 +221,20 @@ impl Broker for PgBroker {
             }
         };
         self.answered("renewing leases", call).await
+    }
+
+    async fn seal_group(
+        &self,
+        group: &str,
+        completion: hopper_core::NewJob,
+    ) -> Result<hopper_core::GroupStatus> {
+        self.answered("sealing a group", self.seal(group, completion))
+            .await
+    }
+
+    async fn group(&self, group: &str) -> Result<Option<hopper_core::GroupStatus>> {
+        self.answered("reading a group", self.group_status(group))
+            .await
     }
 
     async fn cancel(&self, id: JobId) -> Result<CancelOutcome> {

@@ -44,7 +44,7 @@ impl PgBroker {
             &self.inner.claims
         };
         let mut held = pool.get().await?;
-        let rows: Vec<(i64, Option<String>, Option<String>)> =
+        let rows: Vec<(Option<i64>, Option<String>, Option<String>)> =
             match sqlx::query_as(&self.inner.sql.settle)
                 .bind(&ids)
                 .bind(&leases)
@@ -56,6 +56,7 @@ impl PgBroker {
                 .bind(&cut_ids)
                 .bind(&cuts)
                 .bind(ERROR_HISTORY as i32)
+                .bind(&self.inner.channel)
                 .fetch_all(held.conn())
                 .await
             {
@@ -68,6 +69,11 @@ impl PgBroker {
         let mut applied = Vec::with_capacity(rows.len());
         let mut ended = Vec::new();
         for (id, queue, key) in rows {
+            let Some(id) = id else {
+                // A row of NULLs: members ended, and a group's completion job was enqueued.
+                requeues = true;
+                continue;
+            };
             applied.push(id);
             if let (Some(queue), Some(key)) = (queue, key) {
                 ended.push((queue, key));

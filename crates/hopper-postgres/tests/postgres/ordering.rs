@@ -29,7 +29,7 @@ async fn a_schema_from_before_ordering_keys_keeps_its_jobs_and_orders_new_ones()
     let applied = hopper_postgres::migrate_with(&url(), &options)
         .await
         .unwrap();
-    assert_eq!(applied, 2, "ordering keys, then rate limits");
+    assert_eq!(applied, 3, "ordering keys, rate limits, then groups");
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexname::text FROM pg_indexes
          WHERE schemaname = $1 AND indexname LIKE 'hopper_jobs_ordering%' ORDER BY 1",

@@ -109,7 +109,7 @@ async fn claims_and_settlements_read_jobs_by_key_under_misleading_statistics() {
         &mut conn,
         "claim",
         &claim,
-        "'{q}', '{100}', NULL, 8, 60000, true, 100, 20",
+        "'{q}', '{100}', NULL, 8, 60000, true, 100, 20, NULL",
     )
     .await;
     assert_reads_by_key(&plan, "a claim", "Index Cond: (id = ANY");
@@ -120,7 +120,7 @@ async fn claims_and_settlements_read_jobs_by_key_under_misleading_statistics() {
     let settle = rendered(include_str!("../../sql/settle.sql"), &schema);
     let ids: Vec<String> = (1..=100).map(|i| i.to_string()).collect();
     let args = format!(
-        "'{{{}}}', '{{{}}}', '{{{}}}', '{{{}}}', '{{}}', NULL, false, '{{}}', '{{}}', 20",
+        "'{{{}}}', '{{{}}}', '{{{}}}', '{{{}}}', '{{}}', NULL, false, '{{}}', '{{}}', 20, NULL",
         ids.join(","),
         vec!["7"; 100].join(","),
         vec!["0"; 100].join(","),
@@ -186,7 +186,7 @@ async fn a_claim_reads_due_jobs_by_range_however_many_are_delayed() {
     let run = |lease: i64| {
         format!(
             "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) \
-             EXECUTE claim('{{q}}', '{{40}}', NULL, {lease}, 60000, false, 40, 20)"
+             EXECUTE claim('{{q}}', '{{40}}', NULL, {lease}, 60000, false, 40, 20, NULL)"
         )
     };
     let plan: String = sqlx::query_scalar::<_, String>(&run(8))
@@ -228,7 +228,7 @@ async fn a_claim_looks_up_only_the_priority_levels_it_takes_from() {
         &mut conn,
         "claim",
         &claim,
-        "'{q}', '{100}', NULL, 8, 60000, false, 100, 20",
+        "'{q}', '{100}', NULL, 8, 60000, false, 100, 20, NULL",
     )
     .await;
     let top: (i64, i32, i32) = sqlx::query_as(&format!(

@@ -251,7 +251,7 @@ async fn a_schema_from_before_rate_limits_keeps_its_jobs_and_limits_them() {
     let applied = hopper_postgres::migrate_with(&url(), &options)
         .await
         .unwrap();
-    assert_eq!(applied, 1);
+    assert_eq!(applied, 2, "rate limits, then groups");
     let refused = sqlx::raw_sql(&format!(
         "INSERT INTO {name}.hopper_rate_limits (queue, max, per_ms) VALUES ('x', 0, 1)"
     ))
@@ -316,7 +316,7 @@ async fn an_unlimited_claim_probes_the_limits_by_key_only() {
         &mut conn,
         "claim",
         &claim,
-        "'{q}', '{100}', NULL, 8, 60000, false, 100, 20",
+        "'{q}', '{100}', NULL, 8, 60000, false, 100, 20, NULL",
     )
     .await;
     assert!(!plan.contains("Seq Scan"), "{plan}");

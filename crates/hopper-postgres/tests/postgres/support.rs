@@ -55,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0009_job_unique_keys.sql"),
     include_str!("../../migrations/0010_ordering_keys.sql"),
     include_str!("../../migrations/0011_rate_limits.sql"),
+    include_str!("../../migrations/0012_groups.sql"),
 ];
 
 /// A schema of its own migrated to `version` only, as the release that shipped that
