@@ -9,7 +9,8 @@
 --
 -- Jobs waiting behind an earlier job of their ordering key sit past every `run_at` a claim
 -- reaches (`ordering::BLOCKED`). `ordering_key` tells the fetch whether it took a job with
--- one, which its lease then says (see `MySqlBroker::fetch`).
+-- one, which its lease then says (see `MySqlBroker::fetch`); `group_name` likewise tells
+-- it whether it took a member of a group not counted yet (`queries::groups`).
 --
 -- `limited` says whether the queue has a rate limit, read once as a constant like the
 -- pause (and, like it, neither locked nor skipped): a claim that took jobs of a limited
@@ -18,7 +19,8 @@
 -- column does.
 (SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
         ordering_key,
-        CAST(EXISTS (SELECT 1 FROM hopper_rate_limits WHERE queue = ?) AS SIGNED) AS limited
+        CAST(EXISTS (SELECT 1 FROM hopper_rate_limits WHERE queue = ?) AS SIGNED) AS limited,
+        group_name
  FROM hopper_jobs FORCE INDEX (hopper_jobs_ready)
  WHERE state = 0 AND queue = ? AND run_at <= COALESCE(?, {now})
    AND NOT EXISTS (SELECT 1 FROM hopper_paused WHERE queue = ?)

@@ -5,7 +5,8 @@
 -- Paused queues are skipped, and limited ones told, as in `claim.sql`.
 (SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
         ordering_key,
-        CAST(EXISTS (SELECT 1 FROM hopper_rate_limits WHERE queue = ?) AS SIGNED) AS limited
+        CAST(EXISTS (SELECT 1 FROM hopper_rate_limits WHERE queue = ?) AS SIGNED) AS limited,
+        group_name
  FROM hopper_jobs FORCE INDEX (hopper_jobs_ready)
  WHERE state = 0 AND queue = ? AND priority IN ({levels}) AND run_at <= COALESCE(?, {now})
    AND NOT EXISTS (SELECT 1 FROM hopper_paused WHERE queue = ?)

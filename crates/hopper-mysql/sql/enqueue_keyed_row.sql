@@ -1,4 +1,4 @@
 -- One job's values, as `enqueue_row.sql` has them, then its unique key and its ordering
--- key. The `run_at` is moved by the third value: `ordering::BLOCKED` for a job that waits
+-- key and its group. The `run_at` is moved by the third value: `ordering::BLOCKED` for a job that waits
 -- behind an earlier job of its ordering key, else 0.
-(?, 0, ?, COALESCE(?, {now} + ?) + ?, 0, ?, ?, ?, COALESCE(?, {now}), ?, ?)
+(?, 0, ?, COALESCE(?, {now} + ?) + ?, 0, ?, ?, ?, COALESCE(?, {now}), ?, ?, ?)

@@ -35,6 +35,17 @@
 //! which also tells a broker that a queue was limited by another process (see
 //! `queries::rate`); a queue whose window is full is due again when the window has room.
 //!
+//! Jobs may be members of a group, which is sealed with a completion job: once the group is
+//! sealed and every member has settled (completed, died, cancelled or purged), the
+//! completion job is enqueued, once. A member keeps its group in its row until it is
+//! counted; the counts and the sealed completion job are the group's row of
+//! `hopper_groups`. A batch with members locks its groups' rows (in name order) and is
+//! refused whole when one is sealed; a claim that takes a member marks its lease as one
+//! that takes a job with an ordering key does, and whatever ends a member (a settlement,
+//! the reaper, a cancel, a purge) counts it in its own transaction under the group's row
+//! lock, enqueueing the completion job before it commits when it counted the last (see
+//! `queries::groups`). Plain jobs keep their statements.
+//!
 //! Times are milliseconds since the epoch, read from the database clock by default, so
 //! that every process agrees on lease expiry whatever its own clock says
 //! ([`MySqlOptions::clock`]). The schema is versioned: [`migrate()`] (the `hopper migrate`
@@ -66,8 +77,8 @@
 //! - [`migrate`](mod@migrate): versioned migrations ([`migrate()`], `migrations/*.sql`)
 //!   and the version check at connect.
 //! - `queries`: each operation as it runs on one connection, one module per concern
-//!   (enqueue, unique keys, ordering keys, fetch, rate limits, settle, renew, inspection,
-//!   operator calls, the worker registry).
+//!   (enqueue, unique keys, ordering keys, groups, fetch, rate limits, settle, renew,
+//!   inspection, operator calls, the worker registry).
 //! - `conn`: the broker's dedicated connections, reconnection and transactions.
 //! - `poll`: the wake poller.
 //! - `sql`: every statement, one per file under `sql/`.

@@ -202,8 +202,36 @@ statements! {
     COUNTS_BOUNDED = "counts_bounded.sql";
     /// A queue's dead letters, oldest first.
     DEAD_LETTERS = "dead_letters.sql";
-    /// Removes every job of a queue.
+    /// Removes a queue's jobs that are not members of a group not counted yet.
     PURGE = "purge.sql";
+    /// A queue's members not counted yet, locked, with their groups.
+    PURGE_MEMBERS = "purge_members.sql";
+    /// Removes the named jobs: a purge's members.
+    PURGE_IDS = "purge_ids.sql";
+    /// Locks a group's row, making it if it is new.
+    GROUP_LOCK = "group_lock.sql";
+    /// Whether a group whose row is locked is sealed.
+    GROUP_SEALED = "group_sealed.sql";
+    /// Counts new members of a group.
+    GROUP_ADD_MEMBERS = "group_add_members.sql";
+    /// Counts settled members of a group, locking its row.
+    GROUP_COUNT = "group_count.sql";
+    /// Whether a group's completion job is due.
+    GROUP_DUE = "group_due.sql";
+    /// Records a member that died.
+    GROUP_ADD_DEAD = "group_add_dead.sql";
+    /// Takes the named counted members out of their groups.
+    GROUP_FORGET = "group_forget.sql";
+    /// Seals a group with its completion job.
+    GROUP_SEAL = "group_seal.sql";
+    /// A group's counts and completion job, to enqueue it.
+    GROUP_COMPLETION = "group_completion.sql";
+    /// Records the id of a group's completion job, unless it has one.
+    GROUP_FIRED = "group_fired.sql";
+    /// A group's counts, seal and completion job's id.
+    GROUP_STATUS = "group_status.sql";
+    /// The ids of a group's members that died, in order.
+    GROUP_DEAD_IDS = "group_dead_ids.sql";
     /// A page of one priority level's waiting jobs (pending or scheduled) after a cursor.
     LIST_LEVEL = "list_level.sql";
     /// A page of a queue's leased jobs after a cursor.
@@ -406,9 +434,9 @@ mod tests {
         assert_eq!(sql.as_str(), "(a, b) IN ((?, ?), (?, ?))");
         assert_eq!(enqueue(3).as_str().matches('?').count(), 24);
         let keyed = enqueue_keyed(3);
-        assert_eq!(keyed.matches('?').count(), 33, "{keyed}");
+        assert_eq!(keyed.matches('?').count(), 36, "{keyed}");
         assert!(
-            keyed.contains("created_at,\n     unique_key, ordering_key)"),
+            keyed.contains("created_at,\n     unique_key, ordering_key, group_name)"),
             "{keyed}"
         );
         assert!(

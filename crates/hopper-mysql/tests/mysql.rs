@@ -11,6 +11,7 @@
 mod mysql {
     mod admin_plans;
     mod clock;
+    mod groups;
     mod history;
     mod idle;
     mod killed;

@@ -58,7 +58,7 @@ fn merge_budgets(request: &FetchRequest) -> Vec<(&str, usize)> {
 
 impl MySqlBroker {
     pub(super) async fn fetch_jobs(&self, request: FetchRequest) -> Result<Fetched> {
-        // The claim sets the lowest bit when it takes a job with an ordering key.
+        // The claim sets the lowest bit when it takes a job with an ordering key or a group.
         let lease = LeaseId::random();
         let budgets = merge_budgets(&request);
         if budgets.is_empty() {
@@ -100,6 +100,7 @@ impl MySqlBroker {
             }
         }
         let by_levels = &by_levels;
+        let step = self.inner.id_step;
         let mut woke = false;
         let mut round = 1;
         let (jobs, lease, next_due, short) = loop {
@@ -118,7 +119,7 @@ impl MySqlBroker {
                 deadlocks = KEYED_DEADLOCKS,
                 |conn| async {
                     let reaped = if reap {
-                        Some(queries::reap(conn, now).await?)
+                        Some(queries::reap(conn, now, step).await?)
                     } else {
                         None
                     };
@@ -140,7 +141,7 @@ impl MySqlBroker {
                         });
                     }
                     let claim = queries::claim(
-                        conn, &asked, &levels, lease, ttl, now, union, &windows, give_up,
+                        conn, &asked, &levels, lease, ttl, now, union, &windows, give_up, step,
                     );
                     let (jobs, lease) = match claim.await? {
                         Claim::Taken(jobs, lease) => (jobs, lease),

@@ -18,8 +18,8 @@ use hopper_core::clock::Pace;
 use hopper_core::job::{to_millis, validate_queue_name};
 use hopper_core::{
     AdminCalls, Broker, Bucket, CancelOutcome, Capabilities, CheckedJobs, Clock, Enqueued,
-    FetchRequest, Fetched, JobId, JobRecord, LeaseId, Millis, NewJob, QueueCounts, Result,
-    SettleReport, Settlement, WorkerBeat, WorkerInfo,
+    FetchRequest, Fetched, GroupStatus, JobId, JobRecord, LeaseId, Millis, NewJob, QueueCounts,
+    Result, SettleReport, Settlement, WorkerBeat, WorkerInfo,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -220,16 +220,33 @@ impl MySqlBroker {
         self.inner.reap_pace.due(now)
     }
 
-    /// Stores a batch in which some job has a unique or an ordering key, in one transaction
-    /// (`queries::enqueue_keyed`).
+    /// Stores a batch in which some job has a unique or an ordering key or a group, in one
+    /// transaction: the groups' rows locked first, the batch refused whole when one is
+    /// sealed (`queries::enter_groups`), then `queries::enqueue_keyed`, then the members
+    /// counted.
     async fn enqueue_keyed(&self, jobs: &[NewJob], now: Option<Millis>) -> Result<Vec<Enqueued>> {
         let step = self.inner.id_step;
+        let grouped = jobs.iter().any(|job| job.group.is_some());
         let done = transaction!(
             &self.inner.conns,
             "enqueueing jobs",
             deadlocks = KEYED_DEADLOCKS,
-            |conn| { queries::enqueue_keyed(conn, jobs, now, step) }
-        )?;
+            |conn| async {
+                let members = if grouped {
+                    match queries::enter_groups(conn, jobs).await? {
+                        Ok(members) => Some(members),
+                        Err(refused) => return Ok(Err(refused)),
+                    }
+                } else {
+                    None
+                };
+                let done = queries::enqueue_keyed(conn, jobs, now, step).await?;
+                if let Some(members) = members {
+                    queries::join_groups(conn, members).await?;
+                }
+                Ok(Ok(done))
+            }
+        )??;
         if done.iter().any(|e| !e.existing) {
             self.wake();
         }
@@ -256,6 +273,7 @@ impl Broker for MySqlBroker {
             .with_unique()
             .with_ordered()
             .with_rate_limits()
+            .with_groups()
     }
 
     fn limits(&self) -> hopper_core::Limits {
@@ -269,11 +287,12 @@ impl Broker for MySqlBroker {
         let now = self.now();
         if jobs
             .iter()
-            .any(|job| job.unique.is_some() || job.ordering_key.is_some())
+            .any(|job| job.unique.is_some() || job.ordering_key.is_some() || job.group.is_some())
         {
             return self.enqueue_keyed(&jobs, now).await;
         }
-        // No keys: nothing of `hopper_unique` or `hopper_ordering` is read or written.
+        // No keys, no groups: nothing of `hopper_unique`, `hopper_ordering` or
+        // `hopper_groups` is read or written.
         let rows = queries::new_rows(jobs.iter(), now);
         let chunks = queries::chunks(&rows);
         let step = self.inner.id_step;
@@ -305,8 +324,8 @@ impl Broker for MySqlBroker {
         if settlements.is_empty() {
             return Ok(SettleReport::default());
         }
-        let now = self.now();
-        // Settlements of jobs with ordering keys lock their keys' rows.
+        let (now, step) = (self.now(), self.inner.id_step);
+        // Settlements of jobs with ordering keys or groups lock their keys' and groups' rows.
         let deadlocks = match settlements.iter().any(|s| queries::is_ordered(s.lease)) {
             true => KEYED_DEADLOCKS,
             false => 1,
@@ -315,7 +334,7 @@ impl Broker for MySqlBroker {
             &self.inner.conns,
             "settling jobs",
             deadlocks = deadlocks,
-            |conn| { queries::settle(conn, &settlements, now) }
+            |conn| { queries::settle(conn, &settlements, now, step) }
         )?;
         if settled.requeued {
             self.wake();
@@ -356,13 +375,14 @@ impl Broker for MySqlBroker {
         if let queries::Cancel::Done(outcome) = found {
             return Ok(outcome);
         }
-        // A pending job with an ordering key: cancelled under its row's lock, and the next
-        // job of its key unblocked in the same transaction.
+        // A pending job with an ordering key or a group: cancelled under its row's lock, its
+        // group counting it and the next job of its key unblocked in the same transaction.
+        let step = self.inner.id_step;
         let (outcome, unblocked) = transaction!(
             &self.inner.conns,
             "cancelling a job",
             deadlocks = KEYED_DEADLOCKS,
-            |conn| { queries::cancel_ordered(conn, id, now) }
+            |conn| { queries::cancel_ordered(conn, id, now, step) }
         )?;
         if unblocked {
             self.wake();
@@ -393,12 +413,40 @@ impl Broker for MySqlBroker {
     }
 
     async fn purge(&self, queue: &str) -> Result<u64> {
-        run!(
+        let (now, step) = (self.now(), self.inner.id_step);
+        // Purged members count as cancelled, under their groups' locks.
+        let (gone, fired) = transaction!(
             &self.inner.conns,
             "purging a queue",
-            Repeat::Unsafe,
-            |conn| { queries::purge(conn, queue) }
-        )
+            deadlocks = KEYED_DEADLOCKS,
+            |conn| { queries::purge(conn, queue, now, step) }
+        )?;
+        if fired {
+            self.wake();
+        }
+        Ok(gone)
+    }
+
+    async fn seal_group(&self, group: &str, completion: NewJob) -> Result<GroupStatus> {
+        hopper_core::group::validate_completion(group, &completion)?;
+        let (now, step) = (self.now(), self.inner.id_step);
+        let (status, fired) = transaction!(
+            &self.inner.conns,
+            "sealing a group",
+            deadlocks = KEYED_DEADLOCKS,
+            |conn| { queries::seal_group(conn, group, &completion, now, step) }
+        )??;
+        if fired {
+            self.wake();
+        }
+        Ok(status)
+    }
+
+    async fn group(&self, group: &str) -> Result<Option<GroupStatus>> {
+        hopper_core::group::validate_group(group)?;
+        run!(&self.inner.conns, "reading a group", Repeat::Safe, |conn| {
+            queries::group_status(conn, group)
+        })
     }
 
     async fn list_jobs(&self, query: &JobQuery) -> Result<JobPage> {

@@ -81,8 +81,8 @@ pub(crate) async fn insert(
     insert_rows(conn, rows, now, id_step, false).await
 }
 
-/// [`insert`], writing each job's unique key and ordering key (NULL for a job without one)
-/// into its row in the same statement, so that its record shows the unique key whether or
+/// [`insert`], writing each job's unique key, ordering key and group (NULL for a job without
+/// one) into its row in the same statement, so that its record shows the unique key whether or
 /// not the job keeps it, and its `run_at` moved by [`BLOCKED`] when it is `blocked`. Only
 /// enqueues in which some job has a key come here: the plain insert binds no key.
 pub(crate) async fn insert_keyed(
@@ -128,7 +128,8 @@ async fn insert_rows(
         if keyed {
             query = query
                 .bind(row.job.unique.as_ref().map(|u| u.key.as_str()))
-                .bind(row.job.ordering_key.as_deref().map(str::as_bytes));
+                .bind(row.job.ordering_key.as_deref().map(str::as_bytes))
+                .bind(row.job.group.as_deref().map(str::as_bytes));
         }
     }
     let done = query.execute(&mut *conn).await?;

@@ -10,6 +10,7 @@ use hopper_core::{Job, LeaseId, Millis};
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
+use super::groups::{self, Ended, Member};
 use super::ordering::{self, Line};
 use super::rate::Windows;
 use super::rows::job_from_row;
@@ -17,14 +18,15 @@ use crate::conn::server_error_number;
 use crate::sql::{self, MAX_LIST, fixed, padded};
 
 /// What the reaper did: how many jobs it moved, and whether a job it dead-lettered let
-/// the next job of its ordering key run.
+/// the next job of its ordering key run or enqueued its group's completion job.
 pub(crate) struct Reaped {
     pub(crate) moved: u64,
     pub(crate) unblocked: bool,
 }
 
 /// Returns jobs of expired leases to pending, dead-lettering those on their last attempt,
-/// whose ordering keys then move on ([`ordering::unblock`]).
+/// whose groups count them ([`groups::ended`]) and whose ordering keys then move on
+/// ([`ordering::unblock`]).
 ///
 /// The expired jobs are read and locked first: when none is, that read is the reaper's one
 /// statement, as the `UPDATE` was; when some are, it names the jobs that die, which the
@@ -32,6 +34,7 @@ pub(crate) struct Reaped {
 pub(crate) async fn reap(
     conn: &mut MySqlConnection,
     now: Option<Millis>,
+    id_step: i64,
 ) -> Result<Reaped, sqlx::Error> {
     let rows = sqlx::query(fixed(&sql::REAP_EXPIRED))
         .bind(now)
@@ -39,9 +42,14 @@ pub(crate) async fn reap(
         .await?;
     let mut ids = Vec::with_capacity(rows.len());
     let mut lines: Vec<Line> = Vec::new();
+    let mut dead: Vec<Member> = Vec::new();
     for row in &rows {
-        ids.push(row.try_get::<i64, _>(0)?);
+        let id = row.try_get::<i64, _>(0)?;
+        ids.push(id);
         let dies = row.try_get::<i64, _>(1)? != 0;
+        if let (true, Some(group)) = (dies, groups::group_of(row, 4)?) {
+            dead.push((group, id, Ended::Dead));
+        }
         if let (true, Some(key)) = (dies, row.try_get::<Option<Vec<u8>>, _>(3)?) {
             lines.push((row.try_get_unchecked(2)?, key));
         }
@@ -56,8 +64,12 @@ pub(crate) async fn reap(
         }
         moved += query.execute(&mut *conn).await?.rows_affected();
     }
+    let fired = groups::ended(conn, dead, now, id_step).await?;
     let unblocked = ordering::unblock(conn, lines).await?;
-    Ok(Reaped { moved, unblocked })
+    Ok(Reaped {
+        moved,
+        unblocked: unblocked || fired,
+    })
 }
 
 /// What a claim did.
@@ -72,7 +84,7 @@ pub(crate) enum Claim {
 
 /// Claims up to each budget's limit, inside the caller's transaction, and returns the jobs
 /// in global order with the lease they are held under: `base`, its lowest bit saying
-/// whether a job has an ordering key ([`ordering::lease_for`]). `budgets` name distinct
+/// whether a job has an ordering key or a group ([`ordering::lease_for`]). `budgets` name distinct
 /// queues; a budget of 0 is skipped.
 ///
 /// `held` holds the limit rows the claim locked. Candidates of a limited queue
@@ -97,6 +109,7 @@ pub(crate) async fn claim(
     union: &AtomicBool,
     held: &Windows,
     give_up: bool,
+    id_step: i64,
 ) -> Result<Claim, sqlx::Error> {
     let budgets: Vec<(&str, usize, Option<&[i32]>)> = budgets
         .iter()
@@ -109,7 +122,7 @@ pub(crate) async fn claim(
     if budgets.is_empty() {
         jobs = Some(Claimed::default());
     } else if budgets.len() > 1 && union.load(Ordering::Relaxed) {
-        match candidates(conn, budgets, now).await {
+        match candidates(conn, budgets, now, id_step).await {
             Ok(found) => jobs = Some(found),
             Err(e) if refuses_union(&e) => {
                 tracing::info!(
@@ -131,7 +144,7 @@ pub(crate) async fn claim(
         None => {
             let mut all = Claimed::default();
             for budget in budgets {
-                let one = candidates(conn, std::slice::from_ref(budget), now).await?;
+                let one = candidates(conn, std::slice::from_ref(budget), now, id_step).await?;
                 all.jobs.extend(one.jobs);
                 all.ordered |= one.ordered;
                 all.limited.extend(one.limited);
@@ -177,7 +190,8 @@ fn refuses_union(e: &sqlx::Error) -> bool {
 }
 
 /// Candidates of a claim, as they will be once claimed (their lease still to set), whether
-/// one has an ordering key, and the queues among theirs that have a rate limit.
+/// one has an ordering key or is a member of a group (`ordered`: settlements of either
+/// take the locking path), and the queues among theirs that have a rate limit.
 #[derive(Default)]
 struct Claimed {
     jobs: Vec<Job>,
@@ -190,6 +204,7 @@ async fn candidates(
     conn: &mut MySqlConnection,
     budgets: &[(&str, usize, Option<&[i32]>)],
     now: Option<Millis>,
+    id_step: i64,
 ) -> Result<Claimed, sqlx::Error> {
     // Level lists padded to a power of two (repeating the last), so that few texts are
     // prepared.
@@ -219,6 +234,7 @@ async fn candidates(
     };
     for row in &rows {
         let key: Option<Vec<u8>> = row.try_get(9)?;
+        let group = groups::group_of(row, 11)?;
         if row.try_get::<i64, _>(10)? != 0 {
             let queue: String = row.try_get_unchecked(1)?;
             if !claimed.limited.contains(&queue) {
@@ -229,13 +245,17 @@ async fn candidates(
             Ok(mut job) => {
                 job.attempt += 1;
                 claimed.jobs.push(job);
-                claimed.ordered |= key.is_some();
+                claimed.ordered |= key.is_some() || group.is_some();
             }
             // Locked by this claim like the rest: dead-lettered in its transaction, and
             // the next job of its key may run (found by the next fetch: nothing is woken
             // for a row this rare).
             Err(e) => {
                 bury(conn, row, &e, now).await?;
+                if let Some(group) = group {
+                    let id = row.try_get::<i64, _>(0)?;
+                    groups::ended(conn, vec![(group, id, Ended::Dead)], now, id_step).await?;
+                }
                 if let Some(key) = key {
                     let line = (row.try_get_unchecked(1)?, key);
                     ordering::unblock(conn, vec![line]).await?;

@@ -1,18 +1,23 @@
 //! The reads and changes that serve operators and tests (cancel, one job's record, a
-//! queue's counts, its dead letters, purging it), and the newest id the wake poller watches.
+//! queue's counts, its dead letters), and the newest id the wake poller watches.
 
 use hopper_core::{CancelOutcome, JobId, JobRecord, LeaseId, Millis, QueueCounts};
 use sqlx::mysql::MySqlConnection;
 
+use hopper_core::job::is_blocked;
+use sqlx::Row;
+
 use super::rows::{LEASED, PENDING, record_from_row};
+use super::{groups, ordering};
 use crate::sql::{self, fixed};
 
 /// What [`cancel`] found.
 pub(crate) enum Cancel {
     /// The outcome.
     Done(CancelOutcome),
-    /// A pending job with an ordering key: it is cancelled in a transaction of its own
-    /// ([`ordering::cancel`](super::ordering::cancel)), so that its key moves on.
+    /// A pending job with an ordering key or a group: it is cancelled in a transaction of its
+    /// own ([`cancel_ordered`]), so that its key moves on and its
+    /// group counts it.
     Ordered,
 }
 
@@ -105,18 +110,58 @@ pub(crate) async fn dead_letters(
     rows.iter().map(record_from_row).collect()
 }
 
-/// Removes every job of a queue; returns how many went.
-pub(crate) async fn purge(conn: &mut MySqlConnection, queue: &str) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query(fixed(&sql::PURGE))
-        .bind(queue)
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected())
-}
-
 /// The newest job id, if there is a job.
 pub(crate) async fn max_id(conn: &mut MySqlConnection) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar(fixed(&sql::MAX_ID))
         .fetch_one(conn)
         .await
+}
+
+/// Cancels job `id`, which has an ordering key or a group, if it is still pending, inside
+/// the caller's transaction: its row locked first, its group counting it, and the key's
+/// next job unblocked when the job could run. Returns the outcome and whether a job was
+/// unblocked or a completion job enqueued.
+pub(crate) async fn cancel_ordered(
+    conn: &mut MySqlConnection,
+    id: JobId,
+    now: Option<Millis>,
+    id_step: i64,
+) -> Result<(CancelOutcome, bool), sqlx::Error> {
+    let row = sqlx::query(fixed(&sql::JOB_LOCK))
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(row) = row else {
+        return Ok((CancelOutcome::NotFound, false));
+    };
+    let (state, lease, run_at): (i8, Option<i64>, Millis) =
+        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+    let line: Option<ordering::Line> = match row.try_get::<Option<Vec<u8>>, _>(4)? {
+        Some(key) => Some((row.try_get_unchecked(3)?, key)),
+        None => None,
+    };
+    let group = groups::group_of(&row, 5)?;
+    match (state, lease) {
+        (PENDING, _) => {
+            sqlx::query(fixed(&sql::ORDERING_CANCEL))
+                .bind(now)
+                .bind(id.0)
+                .execute(&mut *conn)
+                .await?;
+            let fired = match group {
+                Some(group) => {
+                    let member = vec![(group, id.0, groups::Ended::Cancelled)];
+                    groups::ended(conn, member, now, id_step).await?
+                }
+                None => false,
+            };
+            let unblocked = match line {
+                Some(line) if !is_blocked(run_at) => ordering::unblock(conn, vec![line]).await?,
+                _ => false,
+            };
+            Ok((CancelOutcome::Cancelled, unblocked || fired))
+        }
+        (LEASED, Some(lease)) => Ok((CancelOutcome::Held(LeaseId(lease)), false)),
+        _ => Ok((CancelOutcome::NotFound, false)),
+    }
 }

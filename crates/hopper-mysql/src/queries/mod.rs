@@ -21,11 +21,14 @@
 //!   transaction: jobs stored blocked behind their key, the next job let run
 //!   when one ends, re-drives and cancels under the key's lock, the pruning of key rows,
 //!   and what a lease says of its claim;
+//! - `groups`: groups: members taken in, counted as they settle (by whatever ends them),
+//!   the completion job enqueued once, seals, status and purges;
 //! - `rows`: job states, and jobs and job records decoded from rows.
 
 mod admin;
 mod enqueue;
 mod fetch;
+mod groups;
 mod inspect;
 mod ordering;
 mod rate;
@@ -40,8 +43,11 @@ use hopper_core::Millis;
 pub(crate) use self::admin::{list, queue_names, queue_status, redrive, set_paused};
 pub(crate) use self::enqueue::{chunks, insert, new_rows};
 pub(crate) use self::fetch::{Claim, claim, levels, next_due, probe, reap};
-pub(crate) use self::inspect::{Cancel, cancel, counts, dead_letters, job, max_id, purge};
-pub(crate) use self::ordering::{cancel as cancel_ordered, enqueue_keyed, is_ordered, prune_lines};
+pub(crate) use self::groups::{
+    enter as enter_groups, joined as join_groups, purge, seal as seal_group, status as group_status,
+};
+pub(crate) use self::inspect::{Cancel, cancel, cancel_ordered, counts, dead_letters, job, max_id};
+pub(crate) use self::ordering::{enqueue_keyed, is_ordered, prune_lines};
 pub(crate) use self::rate::{lock as lock_windows, set_limit, write as write_windows};
 pub(crate) use self::registry::{Beat, buckets, deregister, heartbeat, workers};
 pub(crate) use self::renew::renew;

@@ -33,7 +33,7 @@
 //! `broker`).
 //!
 //! The lowest bit of a lease id says whether the claim that minted it took a job with an
-//! ordering key ([`lease_for`]). A settlement applies only to a job held under the lease it
+//! ordering key or a member of a group ([`lease_for`], [`super::groups`]). A settlement applies only to a job held under the lease it
 //! names, and a job's key never changes, so a settlement whose lease lacks the bit cannot
 //! end a job with a key: it keeps the plain statements, with no lookup. One with the bit
 //! reads its jobs' keys with the locks it takes anyway.
@@ -41,12 +41,12 @@
 use std::collections::HashSet;
 
 use hopper_core::job::{BLOCKED, is_blocked};
-use hopper_core::{CancelOutcome, Enqueued, JobId, LeaseId, Millis, NewJob};
+use hopper_core::{Enqueued, LeaseId, Millis, NewJob};
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
 use super::enqueue::{chunks, insert_keyed, new_rows};
-use super::rows::{LEASED, PENDING};
+use super::rows::PENDING;
 use super::unique::{self, PruneCursor};
 
 use crate::sql::{self, MAX_LIST, fixed, padded, padded_tuples};
@@ -61,12 +61,12 @@ const PRUNE_WINDOW: i64 = 1000;
 const PRUNE_WINDOWS: usize = 10;
 
 /// The lease a claim of jobs under `base` hands out: its lowest bit set when a job it took
-/// has an ordering key, clear otherwise, and never 0 (no job's lease).
+/// has an ordering key or a group, clear otherwise, and never 0 (no job's lease).
 pub(crate) fn lease_for(base: LeaseId, ordered: bool) -> LeaseId {
     LeaseId((base.0 & !1).max(2) | i64::from(ordered))
 }
 
-/// Whether a claim that took a job with an ordering key minted `lease`.
+/// Whether a claim that took a job with an ordering key or a group minted `lease`.
 pub(crate) fn is_ordered(lease: LeaseId) -> bool {
     lease.0 & 1 == 1
 }
@@ -252,45 +252,6 @@ pub(crate) async fn redrive(
         }
     }
     Ok(done)
-}
-
-/// Cancels job `id`, which has an ordering key, if it is still pending, inside the
-/// caller's transaction: its row locked first, and the key's next job unblocked when the
-/// job could run. Returns the outcome and whether a job was unblocked.
-pub(crate) async fn cancel(
-    conn: &mut MySqlConnection,
-    id: JobId,
-    now: Option<Millis>,
-) -> Result<(CancelOutcome, bool), sqlx::Error> {
-    let row = sqlx::query(fixed(&sql::JOB_LOCK))
-        .bind(id.0)
-        .fetch_optional(&mut *conn)
-        .await?;
-    let Some(row) = row else {
-        return Ok((CancelOutcome::NotFound, false));
-    };
-    let (state, lease, run_at): (i8, Option<i64>, Millis) =
-        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-    let line: Option<Line> = match row.try_get::<Option<Vec<u8>>, _>(4)? {
-        Some(key) => Some((row.try_get_unchecked(3)?, key)),
-        None => None,
-    };
-    match (state, lease) {
-        (PENDING, _) => {
-            sqlx::query(fixed(&sql::ORDERING_CANCEL))
-                .bind(now)
-                .bind(id.0)
-                .execute(&mut *conn)
-                .await?;
-            let unblocked = match line {
-                Some(line) if !is_blocked(run_at) => unblock(conn, vec![line]).await?,
-                _ => false,
-            };
-            Ok((CancelOutcome::Cancelled, unblocked))
-        }
-        (LEASED, Some(lease)) => Ok((CancelOutcome::Held(LeaseId(lease)), false)),
-        _ => Ok((CancelOutcome::NotFound, false)),
-    }
 }
 
 /// Deletes the rows of keys without unfinished jobs, a window of [`PRUNE_WINDOW`] keys

@@ -9,6 +9,7 @@ use hopper_core::{JobId, Millis, Outcome, SettleReport, Settlement};
 use sqlx::Row;
 use sqlx::mysql::MySqlConnection;
 
+use super::groups::{self, Ended, Member};
 use super::millis;
 use super::ordering::{self, Line};
 use super::rows::LEASED;
@@ -36,14 +37,16 @@ pub(crate) struct Settled {
 /// fenced, or a job is named twice) the transaction starts over, locks the named rows to
 /// learn which are still held under their lease, and applies exactly those.
 ///
-/// Settlements under a lease whose claim took a job with an ordering key
-/// ([`ordering::is_ordered`]) go straight to the locking read, which also gives each job's
-/// key: the keys of the jobs that ended (acknowledged, dead-lettered, cancelled) then move
-/// on, in the same transaction ([`ordering::unblock`]).
+/// Settlements under a lease whose claim took a job with an ordering key or a member of a
+/// group ([`ordering::is_ordered`]) go straight to the locking read, which also gives each
+/// job's key and group: the members that ended (acknowledged, dead-lettered, cancelled) are
+/// counted ([`groups::ended`]), then the keys of the jobs that ended move on, in the same
+/// transaction ([`ordering::unblock`]).
 pub(crate) async fn settle(
     conn: &mut MySqlConnection,
     settlements: &[Settlement],
     now: Option<Millis>,
+    id_step: i64,
 ) -> Result<Settled, sqlx::Error> {
     let distinct: HashSet<JobId> = settlements.iter().map(|s| s.job).collect();
     let ordered = settlements.iter().any(|s| ordering::is_ordered(s.lease));
@@ -64,6 +67,7 @@ pub(crate) async fn settle(
     let ids: Vec<i64> = distinct.iter().map(|id| id.0).collect();
     let mut held = HashMap::with_capacity(ids.len());
     let mut lines: HashMap<i64, Line> = HashMap::new();
+    let mut members: HashMap<i64, Vec<u8>> = HashMap::new();
     for chunk in ids.chunks(MAX_LIST) {
         let size = padded(chunk.len());
         let text = sql::with_ids(&sql::SETTLE_LOCK, size);
@@ -82,6 +86,9 @@ pub(crate) async fn settle(
                 // `ascii_bin` reaches the client flagged binary (see `rows`).
                 lines.insert(id, (row.try_get_unchecked(3)?, key));
             }
+            if let Some(group) = groups::group_of(&row, 5)? {
+                members.insert(id, group);
+            }
         }
     }
     let mut applied = Vec::new();
@@ -96,6 +103,21 @@ pub(crate) async fn settle(
         }
     }
     apply(conn, &applied, now).await?;
+    // Members that ended are counted (their groups' rows locked after the jobs' rows,
+    // before any key's), in the order they were settled.
+    let counted: Vec<Member> = applied
+        .iter()
+        .filter_map(|s| {
+            let how = match s.outcome {
+                Outcome::Ack => Ended::Succeeded,
+                Outcome::DeadLetter { .. } => Ended::Dead,
+                Outcome::Cancel => Ended::Cancelled,
+                _ => return None,
+            };
+            Some((members.remove(&s.job.0)?, s.job.0, how))
+        })
+        .collect();
+    let fired = groups::ended(conn, counted, now, id_step).await?;
     let ended: Vec<Line> = applied
         .iter()
         .filter(|s| !requeues(&s.outcome))
@@ -107,7 +129,7 @@ pub(crate) async fn settle(
             applied: applied.len(),
             fenced,
         },
-        requeued: unblocked || applied.iter().any(|s| requeues(&s.outcome)),
+        requeued: unblocked || fired || applied.iter().any(|s| requeues(&s.outcome)),
     })
 }
 

@@ -1,0 +1,2 @@
+-- Whether a group, whose row the caller locked, is sealed.
+SELECT sealed FROM hopper_groups WHERE name = ?
