@@ -395,6 +395,7 @@ async fn the_openapi_document_lists_every_route() {
     assert_eq!(
         paths,
         [
+            "/api/groups/{group}",
             "/api/jobs/{id}",
             "/api/jobs/{id}/cancel",
             "/api/jobs/{id}/discard",
@@ -413,5 +414,6 @@ async fn the_openapi_document_lists_every_route() {
         ]
     );
     assert!(doc["components"]["schemas"]["JobView"].is_object());
+    assert!(doc["components"]["schemas"]["GroupView"].is_object());
     let _ = std::fs::remove_dir_all(dir);
 }
