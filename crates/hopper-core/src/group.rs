@@ -114,6 +114,19 @@ impl GroupOutcome {
     }
 }
 
+/// The refusal of a member of `group`, which is sealed: every broker answers it, storing
+/// nothing of the batch.
+pub fn closed_to_members(group: &str) -> crate::Error {
+    let allowed = "a group not sealed yet: a sealed group takes no more members";
+    ConfigError::new("group", group.escape_debug(), allowed).into()
+}
+
+/// The refusal of a second seal of `group`.
+pub fn sealed_already(group: &str) -> crate::Error {
+    let allowed = "a group not sealed yet: it has its completion job";
+    ConfigError::new("group", group.escape_debug(), allowed).into()
+}
+
 /// Checks a completion job before a broker seals a group with it: a job like any other,
 /// but not itself a member, nor holding keys whose rules would let it be dropped or held
 /// back.

@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime};
 
 use hopper_core::group::GroupOutcome;
 use hopper_core::job::{RunAt, headers_for_record};
-use hopper_core::{ConfigError, Enqueued, GroupStatus, JobId, Millis, NewJob, Result};
+use hopper_core::{Enqueued, GroupStatus, JobId, Millis, NewJob, Result};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::store::Text;
@@ -45,10 +45,6 @@ pub(crate) fn group_of(row: &Row<'_>, i: usize) -> rusqlite::Result<Option<Vec<u
     Ok(row.get_ref(i)?.as_bytes_or_null()?.map(<[u8]>::to_vec))
 }
 
-fn refusal(group: &str, allowed: &str) -> hopper_core::Error {
-    ConfigError::new("group", group.escape_debug(), allowed).into()
-}
-
 /// Enqueues a batch holding members of groups, in order, as [`unique::enqueue`] does, and
 /// counts them. Refuses the whole batch, storing nothing, when a member's group is sealed.
 pub(crate) fn enqueue(
@@ -66,8 +62,7 @@ pub(crate) fn enqueue(
             .query_row(params![group], |row| row.get(0))
             .optional()?;
         if is == Some(true) {
-            let allowed = "a group not sealed yet: a sealed group takes no more members";
-            return Ok(Err(refusal(group, allowed)));
+            return Ok(Err(hopper_core::group::closed_to_members(group)));
         }
     }
     let done = unique::enqueue(conn, jobs, now)?;
@@ -208,8 +203,7 @@ pub(crate) fn seal(
         .query_row(params![group], |row| row.get(0))
         .optional()?;
     if sealed == Some(true) {
-        let allowed = "a group not sealed yet: it has its completion job";
-        return Ok(Err(refusal(group, allowed)));
+        return Ok(Err(hopper_core::group::sealed_already(group)));
     }
     let run = match completion.run_at {
         RunAt::Now => 0,

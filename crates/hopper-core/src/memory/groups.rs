@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::error::{ConfigError, Result};
+use crate::error::Result;
 use crate::group::GroupStatus;
 use crate::job::{IdMap, JobId, NewJob};
 
@@ -38,8 +38,7 @@ impl Groups {
         }
         for group in jobs.iter().filter_map(|j| j.group.as_deref()) {
             if self.get(group).is_some_and(|g| g.status.sealed) {
-                let allowed = "a group not sealed yet: a sealed group takes no more members";
-                return Err(ConfigError::new("group", group.escape_debug(), allowed).into());
+                return Err(crate::group::closed_to_members(group));
             }
         }
         Ok(())
@@ -118,8 +117,7 @@ impl Groups {
         let i = self.place(group);
         let g = &mut self.groups[i as usize];
         if g.status.sealed {
-            let allowed = "a group not sealed yet: it has its completion job";
-            return Err(ConfigError::new("group", group.escape_debug(), allowed).into());
+            return Err(crate::group::sealed_already(group));
         }
         g.status.sealed = true;
         g.completion = Some(completion);

@@ -30,7 +30,7 @@ use std::time::{Duration, SystemTime};
 
 use hopper_core::group::GroupOutcome;
 use hopper_core::job::{RunAt, headers_for_record};
-use hopper_core::{ConfigError, Enqueued, GroupStatus, JobId, Millis, NewJob};
+use hopper_core::{Enqueued, GroupStatus, JobId, Millis, NewJob};
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
@@ -52,10 +52,6 @@ pub(crate) type Member = (Vec<u8>, i64, Ended);
 /// The group in column `i` of a row, as bytes; `None` for a job of no group.
 pub(crate) fn group_of(row: &MySqlRow, i: usize) -> Result<Option<Vec<u8>>, sqlx::Error> {
     row.try_get(i)
-}
-
-fn refusal(group: &str, allowed: &str) -> hopper_core::Error {
-    ConfigError::new("group", group.escape_debug(), allowed).into()
 }
 
 /// Takes in a batch holding members, inside its transaction and before they are inserted:
@@ -81,8 +77,7 @@ pub(crate) async fn enter(
         if sealed != 0 {
             // Groups made above for this batch are not kept.
             restart(conn).await?;
-            let allowed = "a group not sealed yet: a sealed group takes no more members";
-            return Ok(Err(refusal(group, allowed)));
+            return Ok(Err(hopper_core::group::closed_to_members(group)));
         }
     }
     Ok(Ok(members))
@@ -258,8 +253,7 @@ pub(crate) async fn seal(
         .fetch_one(&mut *conn)
         .await?;
     if sealed != 0 {
-        let allowed = "a group not sealed yet: it has its completion job";
-        return Ok(Err(refusal(group, allowed)));
+        return Ok(Err(hopper_core::group::sealed_already(group)));
     }
     let run: i8 = match completion.run_at {
         RunAt::Now => 0,

@@ -10,9 +10,7 @@
 //! (see `groups`).
 
 use hopper_core::job::earlier_with_key;
-use hopper_core::{
-    Broker, CheckedJobs, ConfigError, Enqueued, JobId, Millis, NewJob, Result, UniqueScope,
-};
+use hopper_core::{Broker, CheckedJobs, Enqueued, JobId, Millis, NewJob, Result, UniqueScope};
 use sqlx::Row;
 use sqlx::postgres::PgConnection;
 
@@ -185,13 +183,7 @@ impl PgBroker {
         let mut done = Vec::with_capacity(rows.len());
         for (id, refused) in rows {
             if let Some(group) = refused {
-                let allowed = "a group not sealed yet: a sealed group takes no more members";
-                return Ok(Err(ConfigError::new(
-                    "group",
-                    group.escape_debug(),
-                    allowed,
-                )
-                .into()));
+                return Ok(Err(hopper_core::group::closed_to_members(&group)));
             }
             if let Some(id) = id {
                 done.push(Enqueued::stored(JobId(id)));

@@ -11,7 +11,7 @@
 //! left sealed and settled without its job (say, by hand).
 
 use hopper_core::group::validate_completion;
-use hopper_core::{Broker, CheckedJobs, ConfigError, GroupStatus, JobId, NewJob, Result};
+use hopper_core::{Broker, CheckedJobs, GroupStatus, JobId, NewJob, Result};
 
 use super::{PgBroker, db_err};
 
@@ -43,8 +43,7 @@ impl PgBroker {
             .await
             .map_err(|e| held.fail("sealing a group", e))?;
         if !sealed {
-            let allowed = "a group not sealed yet: it has its completion job";
-            return Err(ConfigError::new("group", group.escape_debug(), allowed).into());
+            return Err(hopper_core::group::sealed_already(group));
         }
         let status = read_status(&self.inner.sql.group_status, held.conn(), group)
             .await?
