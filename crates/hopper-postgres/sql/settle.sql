@@ -1,12 +1,15 @@
 -- Kinds: 0 ack, 1 retry, 2 dead letter, 3 release, 4 cancel, 5 snooze. A snooze is a
 -- retry after $4's delay that charges no attempt (as a release) and records no error.
--- Returns each settled job's id, and with it the queue and ordering key of a keyed job
--- that ended (completed, dead or cancelled): the broker then unblocks the key's next.
--- Both NULL for the others, so settling plain jobs decodes no text.
+-- Returns each settled job's id, and a NULL for each of `grouped` and `unblocked` that put
+-- a job in reach of the workers (who are then woken).
 --
--- Members of groups (0012_groups.sql) that ended are counted by `grouped`, in this same
--- statement, which enqueues the completion job of a group they leave done; a row of NULLs
--- says one was. For plain jobs it is an aggregate over no rows: the function is not run.
+-- A keyed job (0010_ordering_keys.sql) that ended (completed, dead or cancelled) frees its
+-- key's next job in `unblocked`, and a member of a group (0012_groups.sql) that ended is
+-- counted in `grouped`, which enqueues the completion job of a group it leaves done. Both
+-- run in this statement, so no crash can come between a job's end and its key's next or
+-- its group's count, and keyed jobs pay no second round trip. The functions' statements
+-- take snapshots of their own, after this statement's changes, and for plain jobs each is
+-- an aggregate over no rows: the function is not run.
 --
 -- `t.state + 0 = 1` rather than `t.state = 1`: it keeps the planner on the primary key. The
 -- plain form lets it use the partial index of leased jobs, which statistics taken while
@@ -27,8 +30,7 @@ acked AS (
     USING s
     WHERE NOT $7::bool AND s.kind = 0
       AND t.id = s.id AND t.state + 0 = 1 AND t.lease_id = s.lease
-    RETURNING t.id, CASE WHEN t.ordering_key IS NOT NULL THEN t.queue END AS queue,
-              t.ordering_key, t.group_name
+    RETURNING t.id, t.queue, t.ordering_key, t.group_name
 ),
 changed AS (
     UPDATE {schema}.hopper_jobs AS t
@@ -50,8 +52,7 @@ changed AS (
     FROM s, now
     WHERE ($7::bool OR s.kind <> 0)
       AND t.id = s.id AND t.state + 0 = 1 AND t.lease_id = s.lease
-    RETURNING t.id,
-              CASE WHEN t.state >= 2 AND t.ordering_key IS NOT NULL THEN t.queue END AS queue,
+    RETURNING t.id, t.queue,
               CASE WHEN t.state >= 2 THEN t.ordering_key END AS ordering_key,
               CASE WHEN t.state >= 2 THEN t.group_name END AS group_name, t.state
 ),
@@ -65,9 +66,20 @@ grouped AS (
                 SELECT id, group_name, state::smallint FROM changed
                 WHERE group_name IS NOT NULL) AS m) AS e
     WHERE e.names IS NOT NULL
+),
+unblocked AS (
+    SELECT {schema}.hopper_unblock(e.queues, e.keys) AS n
+    FROM (SELECT array_agg(k.queue) AS queues, array_agg(k.ordering_key) AS keys
+          FROM (SELECT queue, ordering_key FROM acked WHERE ordering_key IS NOT NULL
+                UNION ALL
+                SELECT queue, ordering_key FROM changed
+                WHERE ordering_key IS NOT NULL) AS k) AS e
+    WHERE e.keys IS NOT NULL
 )
-SELECT id, queue, ordering_key FROM acked
+SELECT id FROM acked
 UNION ALL
-SELECT id, queue, ordering_key FROM changed
+SELECT id FROM changed
 UNION ALL
-SELECT NULL, NULL, NULL FROM grouped WHERE fired > 0
+SELECT NULL FROM grouped WHERE fired > 0
+UNION ALL
+SELECT NULL FROM unblocked WHERE CASE WHEN n > 0 THEN pg_notify($11, '') IS NOT NULL END

@@ -1,7 +1,7 @@
 -- Sweeps up to $1 keys left with blocked jobs and none running or waiting unblocked, as a
--- process that died between a settlement and its unblock.sql leaves them, and unblocks
--- their next jobs (hopper_unblock checks each again under its lock). Walks the keyed
--- jobs' index: the unfinished jobs with ordering keys, not the table.
+-- process that died between a reap, cancel or re-drive and its unblock.sql leaves them,
+-- and unblocks their next jobs (hopper_unblock checks each again under its lock). Walks
+-- the keyed jobs' index: the unfinished jobs with ordering keys, not the table.
 SELECT {schema}.hopper_unblock(array_agg(s.queue), array_agg(s.ordering_key))
 FROM (
     SELECT DISTINCT b.queue, b.ordering_key

@@ -1,6 +1,7 @@
 //! Ordering keys ([`hopper_core::job::ordering`]): a batch with keyed jobs goes through
 //! enqueue_ordered.sql, which stores them blocked and frees each key's first; when a keyed
-//! job ends, unblock.sql frees the next. Both take the keys' locks before they read, so a
+//! job ends, the settlement's own statement (settle.sql) frees the next, and the reaper's,
+//! a cancel's or a re-drive's is followed by unblock.sql. All take the keys' locks before they read, so a
 //! producer and a settlement of the same key never both miss the job between them (see
 //! 0010_ordering_keys.sql).
 
@@ -11,9 +12,10 @@ use super::{PgBroker, db_err};
 
 impl PgBroker {
     /// Unblocks the next job of each of `lines` (queue, key) whose job ended, waking the
-    /// workers when one was. A settlement calls it after its own statement committed: a
-    /// process that dies between the two leaves the key's next job blocked until the next
-    /// job of the key ends or the keys are swept ([`PgBroker::unblock_stuck`]).
+    /// workers when one was. The reaper, a cancel and a re-drive call it after their own
+    /// statement committed: a process that dies between the two leaves the key's next job
+    /// blocked until the next job of the key ends or the keys are swept
+    /// ([`PgBroker::unblock_stuck`]).
     pub(super) async fn unblock(
         &self,
         conn: &mut PgConnection,
@@ -39,7 +41,7 @@ const STUCK_PER_SWEEP: i64 = 1000;
 
 impl PgBroker {
     /// Unblocks the next jobs of keys left with blocked jobs only, as a process that died
-    /// between a settlement and its [`unblock`](Self::unblock) leaves them: at most
+    /// between a reap, cancel or re-drive and its [`unblock`](Self::unblock) leaves them: at most
     /// [`STUCK_PER_SWEEP`] keys, from the background round that prunes unique keys (at
     /// most once a minute). Returns how many jobs it unblocked.
     pub(super) async fn unblock_stuck(&self) -> Result<u64> {

@@ -44,44 +44,35 @@ impl PgBroker {
             &self.inner.claims
         };
         let mut held = pool.get().await?;
-        let rows: Vec<(Option<i64>, Option<String>, Option<String>)> =
-            match sqlx::query_as(&self.inner.sql.settle)
-                .bind(&ids)
-                .bind(&leases)
-                .bind(&kinds)
-                .bind(&delays)
-                .bind(&errors)
-                .bind(self.now())
-                .bind(self.inner.options.keep_completed.is_some())
-                .bind(&cut_ids)
-                .bind(&cuts)
-                .bind(ERROR_HISTORY as i32)
-                .bind(&self.inner.channel)
-                .fetch_all(held.conn())
-                .await
-            {
-                Ok(v) => v,
-                Err(e) => {
-                    held.check(&e);
-                    return Err(Error::broker("settling jobs", e));
-                }
-            };
-        let mut applied = Vec::with_capacity(rows.len());
-        let mut ended = Vec::new();
-        for (id, queue, key) in rows {
-            let Some(id) = id else {
-                // A row of NULLs: members ended, and a group's completion job was enqueued.
-                requeues = true;
-                continue;
-            };
-            applied.push(id);
-            if let (Some(queue), Some(key)) = (queue, key) {
-                ended.push((queue, key));
+        let rows: Vec<Option<i64>> = match sqlx::query_scalar(&self.inner.sql.settle)
+            .bind(&ids)
+            .bind(&leases)
+            .bind(&kinds)
+            .bind(&delays)
+            .bind(&errors)
+            .bind(self.now())
+            .bind(self.inner.options.keep_completed.is_some())
+            .bind(&cut_ids)
+            .bind(&cuts)
+            .bind(ERROR_HISTORY as i32)
+            .bind(&self.inner.channel)
+            .fetch_all(held.conn())
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                held.check(&e);
+                return Err(Error::broker("settling jobs", e));
             }
-        }
-        if !ended.is_empty() {
-            // Keyed jobs ended: their keys' next jobs may go (see `ordering`).
-            self.unblock(held.conn(), ended).await?;
+        };
+        let mut applied = Vec::with_capacity(rows.len());
+        for id in rows {
+            match id {
+                Some(id) => applied.push(id),
+                // A NULL: a key's next job was unblocked, or a group's completion job was
+                // enqueued (see settle.sql).
+                None => requeues = true,
+            }
         }
         drop(held);
         if requeues {

@@ -29,7 +29,10 @@ async fn a_schema_from_before_ordering_keys_keeps_its_jobs_and_orders_new_ones()
     let applied = hopper_postgres::migrate_with(&url(), &options)
         .await
         .unwrap();
-    assert_eq!(applied, 3, "ordering keys, rate limits, then groups");
+    assert_eq!(
+        applied, 4,
+        "ordering keys, rate limits, groups, unblocked heads"
+    );
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexname::text FROM pg_indexes
          WHERE schemaname = $1 AND indexname LIKE 'hopper_jobs_ordering%' ORDER BY 1",
@@ -78,9 +81,9 @@ async fn a_schema_from_before_ordering_keys_keeps_its_jobs_and_orders_new_ones()
     drop_schema(name);
 }
 
-/// A settlement whose process died before it unblocked the key's next job (its row is
-/// gone, the next one still blocked): the next broker's background sweep frees that job
-/// and wakes a fetch for it.
+/// A reap, cancel or re-drive whose process died before it unblocked the key's next job
+/// (the ended job's row is gone, the next one still blocked): the next broker's background
+/// sweep frees that job and wakes a fetch for it.
 #[tokio::test]
 async fn a_key_left_blocked_by_a_lost_unblock_is_swept() {
     let (broker, pg) = broker_with(|o| o.listen(false)).await;
@@ -90,7 +93,7 @@ async fn a_key_left_blocked_by_a_lost_unblock_is_swept() {
         .unwrap();
     let held = broker.fetch(FetchRequest::one("q", 10, TTL)).await.unwrap();
     assert_eq!(held.jobs.len(), 1);
-    // The acknowledgement alone, as settle.sql applies it, without the unblock after it.
+    // The job's end alone, without the unblock after it.
     let schema = pg.schema().to_owned();
     let mut raw = PgConnection::connect(&url()).await.unwrap();
     sqlx::query(&format!("DELETE FROM {schema}.hopper_jobs WHERE id = $1"))
@@ -124,4 +127,50 @@ async fn a_key_left_blocked_by_a_lost_unblock_is_swept() {
     }
     assert_eq!(freed, vec![ids[1]], "k2 freed by the sweep");
     other.close().await;
+}
+
+/// A keyed job that is its key's only unfinished one goes in unblocked, in the one write of
+/// its insert: the rows' ctids are those of a fresh table's first inserts, which an update
+/// (the unblock of a job stored blocked) would have moved. A batch's later job of a key, and
+/// a job of a key with a job already waiting, go in blocked; a key left with blocked jobs
+/// only gets its first freed by the enqueue.
+#[tokio::test]
+async fn a_keys_first_job_is_stored_unblocked_in_one_write() {
+    let (broker, pg) = broker_with(|o| o.listen(false)).await;
+    let schema = pg.schema().to_owned();
+    let ids = broker
+        .enqueue(vec![keyed("a", "a1"), keyed("b", "b1"), keyed("a", "a2")])
+        .await
+        .unwrap();
+    let mut raw = PgConnection::connect(&url()).await.unwrap();
+    let rows: Vec<(String, bool)> = sqlx::query_as(&format!(
+        "SELECT ctid::text, run_at > 253402300799999 FROM {schema}.hopper_jobs ORDER BY id"
+    ))
+    .fetch_all(&mut raw)
+    .await
+    .unwrap();
+    let expected = [("(0,1)", false), ("(0,2)", false), ("(0,3)", true)];
+    let expected: Vec<(String, bool)> = expected.map(|(c, b)| (c.to_owned(), b)).into();
+    assert_eq!(rows, expected, "a1 and b1 heads as inserted, a2 blocked");
+
+    // A key left with a blocked job only (as a lost unblock leaves it): the next enqueue of
+    // the key stores its job blocked and frees the key's first.
+    let stuck: i64 = sqlx::query_scalar(&format!(
+        "INSERT INTO {schema}.hopper_jobs (queue, run_at, max_attempts, payload, created_at,
+                                            ordering_key)
+         VALUES ('q', {}, 1, 'c1', 0, 'c') RETURNING id",
+        BLOCKED
+    ))
+    .fetch_one(&mut raw)
+    .await
+    .unwrap();
+    let c2 = broker.enqueue(vec![keyed("c", "c2")]).await.unwrap()[0];
+    let c1 = broker.job(JobId(stuck)).await.unwrap().unwrap();
+    let c2 = broker.job(c2).await.unwrap().unwrap();
+    assert_eq!((c1.blocked, c2.blocked), (false, true));
+    let held = broker.fetch(FetchRequest::one("q", 10, TTL)).await.unwrap();
+    let mut got: Vec<JobId> = held.jobs.iter().map(|j| j.id).collect();
+    got.sort();
+    assert_eq!(got, vec![ids[0], ids[1], JobId(stuck)], "one head per key");
+    raw.close().await.unwrap();
 }

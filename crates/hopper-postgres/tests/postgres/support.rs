@@ -56,6 +56,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0010_ordering_keys.sql"),
     include_str!("../../migrations/0011_rate_limits.sql"),
     include_str!("../../migrations/0012_groups.sql"),
+    include_str!("../../migrations/0013_ordered_heads_unblocked.sql"),
 ];
 
 /// A schema of its own migrated to `version` only, as the release that shipped that
