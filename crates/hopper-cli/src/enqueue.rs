@@ -56,6 +56,13 @@ pub struct EnqueueArgs {
     /// member has settled, its completion job is enqueued.
     #[arg(long, value_name = "GROUP", conflicts_with_all = ["unique_key", "ordering_key"])]
     group: Option<String>,
+    /// A rate key: under a limit per key (`hopper queue limit Q 5/1s --per-key`), the
+    /// jobs' starts count against this key's window.
+    #[arg(long, value_name = "KEY")]
+    rate_key: Option<String>,
+    /// The rate key from this field of each job's JSON payload (an object).
+    #[arg(long, value_name = "FIELD", conflicts_with = "rate_key")]
+    rate_key_from: Option<String>,
 }
 
 /// Reads the jobs, enqueues them in chunks, prints their ids, one a line.
@@ -76,6 +83,12 @@ pub async fn run(url: &str, args: EnqueueArgs) -> Result<ExitCode> {
             out
         }
     };
+    if let Some(field) = &args.rate_key_from {
+        // Every payload has the field before any job is stored.
+        for p in &payloads {
+            NewJob::new(&args.queue, p.clone()).rate_key_from(field)?;
+        }
+    }
     let broker = hopper::connect(url).await?;
     // Only a bulk load from standard input is long enough to want a bar.
     let bar = match args.payload {
@@ -85,11 +98,17 @@ pub async fn run(url: &str, args: EnqueueArgs) -> Result<ExitCode> {
     for chunk in payloads.chunks(CHUNK) {
         let jobs = chunk
             .iter()
-            .map(|p| NewJob {
-                payload: p.clone(),
-                ..template.clone()
+            .map(|p| {
+                let job = NewJob {
+                    payload: p.clone(),
+                    ..template.clone()
+                };
+                match &args.rate_key_from {
+                    Some(field) => job.rate_key_from(field),
+                    None => Ok(job),
+                }
             })
-            .collect();
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         for done in broker.enqueue_reported(jobs).await? {
             if done.existing {
                 eprintln!(
@@ -138,6 +157,9 @@ fn template(args: &EnqueueArgs) -> Result<NewJob> {
     }
     if let Some(key) = &args.ordering_key {
         job = job.ordering_key(key);
+    }
+    if let Some(key) = &args.rate_key {
+        job = job.rate_key(key);
     }
     if let Some(group) = &args.group {
         job = job.group(group);

@@ -18,7 +18,8 @@ pub enum QueueCommand {
     /// needs `--yes`.
     Purge(PurgeArgs),
     /// Let at most N of the queue's jobs start in any window of a period, across every
-    /// worker of the broker (`50/1s`, `1000/1h`), or lift the limit with `--off`.
+    /// worker of the broker (`50/1s`, `1000/1h`), or of each rate key's jobs with
+    /// `--per-key`; or lift the limit with `--off`.
     Limit(LimitArgs),
 }
 
@@ -29,6 +30,10 @@ pub struct LimitArgs {
     /// Starts per window: `N/PERIOD`, such as `50/1s`, `10/500ms` or `1000/1h`.
     #[arg(required_unless_present = "off", conflicts_with = "off")]
     limit: Option<String>,
+    /// A window for each rate key of the queue's jobs (`hopper enqueue --rate-key`), not
+    /// one for the queue: `5/1s --per-key` lets every key's jobs start 5 times a second.
+    #[arg(long, conflicts_with = "off")]
+    per_key: bool,
     /// Lift the queue's limit.
     #[arg(long)]
     off: bool,
@@ -100,9 +105,13 @@ async fn purge(url: &str, args: PurgeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Reads `N/PERIOD` as a rate limit, refusing by name what is not one.
+/// Reads `N/PERIOD` as a rate limit, or `N/PERIOD per key` as a limit per key (as limits
+/// are shown), refusing by name what is not one.
 pub fn parse_limit(text: &str) -> Result<hopper::RateLimit> {
     let refused = |why: String| ConfigError::new("rate limit", text, why);
+    if let Some(limit) = text.trim_end().strip_suffix("per key") {
+        return Ok(parse_limit(limit)?.per_key());
+    }
     let Some((max, per)) = text.split_once('/') else {
         return Err(refused("N/PERIOD, such as 50/1s".into()).into());
     };
@@ -118,12 +127,20 @@ pub fn parse_limit(text: &str) -> Result<hopper::RateLimit> {
 async fn limit(url: &str, args: LimitArgs) -> Result<ExitCode> {
     hopper::broker::validate_queue_name(&args.queue)?;
     let limit = match &args.limit {
+        Some(text) if args.per_key => Some(parse_limit(text)?.per_key()),
         Some(text) => Some(parse_limit(text)?),
         None => None,
     };
     let broker = hopper::connect(url).await?;
     broker.set_rate_limit(&args.queue, limit).await?;
     match limit {
+        Some(l) if l.per_key => {
+            let each = hopper::RateLimit {
+                per_key: false,
+                ..l
+            };
+            println!("{}: at most {each} jobs of each rate key start", args.queue)
+        }
         Some(l) => println!("{}: at most {l} jobs start", args.queue),
         None => println!("{}: no rate limit", args.queue),
     }
@@ -139,6 +156,11 @@ mod tests {
         let l = parse_limit("50/1s").unwrap();
         assert_eq!((l.max, l.per.as_millis()), (50, 1000));
         assert_eq!(parse_limit(" 10 / 500ms ").unwrap().to_string(), "10/500ms");
+        let keyed = parse_limit("5/1s per key").unwrap();
+        assert_eq!(
+            (keyed.per_key, keyed.to_string()),
+            (true, "5/1s per key".into())
+        );
         for bad in ["50", "x/1s", "50/soon", "0/1s", "5/0s", "-1/1s"] {
             let e = parse_limit(bad).unwrap_err().to_string();
             assert!(e.contains("rate limit"), "{bad}: {e}");

@@ -147,7 +147,8 @@ fn json(s: &QueueStatus) -> serde_json::Value {
         "lag_ms": s.lag.map(|d| d.as_millis() as u64),
         "paused": s.paused,
         "rate_limit": s.rate_limit.map(|l| {
-            serde_json::json!({"max": l.max, "per_ms": l.per.as_millis() as u64})
+            let per_ms = l.per.as_millis() as u64;
+            serde_json::json!({"max": l.max, "per_ms": per_ms, "per_key": l.per_key})
         }),
         "consumers": s.consumers,
         "last_minute": throughput(s.last_minute),

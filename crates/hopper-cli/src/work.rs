@@ -46,7 +46,8 @@ pub struct WorkArgs {
     #[arg(long)]
     timeout: Option<humantime::Duration>,
     /// Let at most N jobs of each queue start per PERIOD, across every worker of the
-    /// broker (`50/1s`): set on the broker before the first fetch, and kept there.
+    /// broker (`50/1s`), or of each rate key (`"50/1s per key"`): set on the broker before
+    /// the first fetch, and kept there.
     #[arg(long, value_name = "N/PERIOD", value_parser = crate::queue::parse_limit)]
     rate_limit: Option<hopper::RateLimit>,
     /// At SIGTERM or SIGINT, how long running commands may finish before they are killed.

@@ -220,6 +220,9 @@ pub trait Broker: Send + Sync + Debug + 'static {
         if !caps.groups && checked.iter().any(|j| j.group.is_some()) {
             return Err(self.not_supported("groups"));
         }
+        if !caps.rate_limits_per_key && checked.iter().any(|j| j.rate_key.is_some()) {
+            return Err(self.not_supported("rate keys"));
+        }
         let counted = crate::metering::count_enqueued(caps.name, &checked);
         let done = self.enqueue_checked(checked).await?;
         counted.commit(&done);
@@ -287,8 +290,10 @@ pub trait Broker: Send + Sync + Debug + 'static {
     }
 
     /// Limits how many jobs of a queue start, across every worker of this broker: at most
-    /// `limit.max` claimed in any window of `limit.per` ([`crate::rate`]); `None` lifts it.
-    /// Brokers without [`Capabilities::rate_limits`] refuse.
+    /// `limit.max` claimed in any window of `limit.per` ([`crate::rate`]), or of each rate
+    /// key's when the limit is [per key](crate::RateLimit::per_key); `None` lifts it.
+    /// Brokers without [`Capabilities::rate_limits`] refuse, and those without
+    /// [`Capabilities::rate_limits_per_key`] refuse a limit per key.
     async fn set_rate_limit(&self, queue: &str, limit: Option<crate::RateLimit>) -> Result<()> {
         let _ = (queue, limit);
         Err(self.not_supported("rate limits"))

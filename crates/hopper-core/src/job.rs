@@ -93,6 +93,9 @@ pub struct NewJob {
     pub ordering_key: Option<String>,
     /// The group it is a member of ([`group`](NewJob::group)).
     pub group: Option<String>,
+    /// The key whose window counts its start under a limit per key
+    /// ([`rate_key`](NewJob::rate_key)).
+    pub rate_key: Option<String>,
 }
 
 impl NewJob {
@@ -108,6 +111,7 @@ impl NewJob {
             unique: None,
             ordering_key: None,
             group: None,
+            rate_key: None,
         }
     }
 
@@ -185,6 +189,37 @@ impl NewJob {
     pub fn group(mut self, group: impl Into<String>) -> Self {
         self.group = Some(group.into());
         self
+    }
+
+    /// Counts the job's start against `key`'s own window when its queue's rate limit is
+    /// [per key](crate::RateLimit::per_key): one tenant's or one account's jobs then start
+    /// at most the limit's `max` times per period, whatever the others do. Under a limit
+    /// for the whole queue the key is kept and counts nothing. Brokers without
+    /// [`Capabilities::rate_limits_per_key`](crate::Capabilities::rate_limits_per_key)
+    /// refuse the enqueue.
+    pub fn rate_key(mut self, key: impl Into<String>) -> Self {
+        self.rate_key = Some(key.into());
+        self
+    }
+
+    /// [`rate_key`](NewJob::rate_key) from the field `field` of the job's JSON payload
+    /// (an object): a string as it is, a number or a boolean as JSON writes it. A payload
+    /// that is not such an object, or lacks the field, is refused by name (`rate_key`).
+    pub fn rate_key_from(self, field: &str) -> Result<Self, ConfigError> {
+        let refused = |why: &str| ConfigError::new("rate_key", field.escape_debug(), why);
+        let value: serde_json::Value = serde_json::from_slice(&self.payload)
+            .map_err(|_| refused("a field of a JSON object payload; the payload is not JSON"))?;
+        let key = match value.get(field) {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => v.to_string(),
+            Some(_) => return Err(refused("a field holding a string, a number or a boolean")),
+            None => {
+                return Err(refused(
+                    "a field of the payload; the payload has none by that name",
+                ));
+            }
+        };
+        Ok(self.rate_key(key))
     }
 
     /// The time the job may first run, given the broker's `now`.
@@ -439,5 +474,32 @@ mod tests {
             assert_eq!(copy.to_job("emails"), original);
             assert_eq!(copy.into_job("emails"), original);
         }
+    }
+
+    #[test]
+    fn a_rate_key_comes_from_a_payload_field_or_is_refused_by_name() {
+        let from = |payload: &str, field: &str| {
+            NewJob::new("q", payload.as_bytes().to_vec()).rate_key_from(field)
+        };
+        let key = |payload: &str| from(payload, "tenant").unwrap().rate_key.unwrap();
+        assert_eq!(key(r#"{"tenant":"acme","n":1}"#), "acme");
+        assert_eq!(key(r#"{"tenant":42}"#), "42");
+        assert_eq!(key(r#"{"tenant":true}"#), "true");
+        for bad in [
+            r#"{"other":1}"#,
+            r#"{"tenant":null}"#,
+            r#"{"tenant":[1]}"#,
+            "not json",
+            "[1]",
+        ] {
+            let refused = from(bad, "tenant").unwrap_err();
+            assert_eq!(refused.setting, "rate_key", "{bad}");
+        }
+        let empty = NewJob::new("q", b"x".to_vec()).rate_key("").validate();
+        assert!(matches!(empty, Err(Error::Config(c)) if c.setting == "rate_key"));
+        let long = NewJob::new("q", b"x".to_vec())
+            .rate_key("k".repeat(256))
+            .validate();
+        assert!(matches!(long, Err(Error::Config(c)) if c.setting == "rate_key"));
     }
 }

@@ -7,6 +7,13 @@
 //! keeps the start times of a limited queue's latest `max` claims; a claim takes at most
 //! `max` less those that started within `per` before it, and when that is none, says when
 //! the oldest of them leaves the window (the next due time).
+//!
+//! A limit [per key](RateLimit::per_key) keeps a window for each
+//! [rate key](crate::NewJob::rate_key) of the queue's jobs instead: each key's jobs start
+//! at most `max` times per `per`, whatever the other keys do (one tenant's backlog cannot
+//! use up another's share). Jobs without a key share one window of their own. A claim
+//! that meets a job whose key's window is full moves it to the time that window will have
+//! room for it ([`Window::defer`]), so later claims do not read it again before then.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -17,13 +24,16 @@ use crate::job::{MAX_DELAY, Millis};
 /// The most jobs a limit may let start per window.
 pub const MAX_RATE: u32 = 100_000;
 
-/// At most `max` starts of a queue's jobs in any window of `per`.
+/// At most `max` starts of a queue's jobs in any window of `per`, or of each rate key's
+/// jobs when [`per_key`](RateLimit::per_key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {
     /// Starts allowed per window: 1 to [`MAX_RATE`].
     pub max: u32,
     /// The window: from 1 ms to [`MAX_DELAY`].
     pub per: Duration,
+    /// A window per [rate key](crate::NewJob::rate_key) rather than one for the queue.
+    pub per_key: bool,
 }
 
 impl RateLimit {
@@ -44,7 +54,21 @@ impl RateLimit {
                 allowed,
             ));
         }
-        Ok(RateLimit { max, per })
+        Ok(RateLimit {
+            max,
+            per,
+            per_key: false,
+        })
+    }
+
+    /// The same limit for each [rate key](crate::NewJob::rate_key) of the queue's jobs,
+    /// rather than for the queue as a whole: `50/1s per key` lets every key's jobs start 50
+    /// times a second. Jobs without a key share one window. Brokers without
+    /// [`Capabilities::rate_limits_per_key`](crate::Capabilities::rate_limits_per_key)
+    /// refuse it.
+    pub fn per_key(mut self) -> Self {
+        self.per_key = true;
+        self
     }
 
     fn per_ms(&self) -> Millis {
@@ -52,7 +76,8 @@ impl RateLimit {
     }
 }
 
-/// `50/1s`: starts per window, the window in its largest whole unit (ms, s, m, h or d).
+/// `50/1s`: starts per window, the window in its largest whole unit (ms, s, m, h or d),
+/// then ` per key` for a limit per key.
 impl std::fmt::Display for RateLimit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let ms = self.per.as_millis();
@@ -65,7 +90,11 @@ impl std::fmt::Display for RateLimit {
         .into_iter()
         .find(|(size, _)| ms % size == 0)
         .map_or((ms, "ms"), |(size, unit)| (ms / size, unit));
-        write!(f, "{}/{n}{unit}", self.max)
+        write!(f, "{}/{n}{unit}", self.max)?;
+        if self.per_key {
+            f.write_str(" per key")?;
+        }
+        Ok(())
     }
 }
 
@@ -77,6 +106,8 @@ pub struct Window {
     starts: VecDeque<(Millis, u32)>,
     /// Jobs over every pair.
     total: usize,
+    /// The latest time [`defer`](Self::defer) gave, and how many jobs it gave it to.
+    booked: Option<(Millis, u32)>,
 }
 
 /// Bytes of one (time, jobs) pair in [`Window::to_bytes`].
@@ -89,6 +120,7 @@ impl Window {
             limit,
             starts: VecDeque::new(),
             total: 0,
+            booked: None,
         }
     }
 
@@ -149,6 +181,46 @@ impl Window {
             }
         }
         None
+    }
+
+    /// The time a job held back by this full window may next be tried: the window's next
+    /// room for the first `max` jobs deferred there, the period after that for the next
+    /// `max`, and so on, so that a key's backlog is spread over the times it may start
+    /// rather than read again by every claim. A job that still finds no room then (the
+    /// limit was lowered, or other starts came first) is deferred again.
+    pub fn defer(&mut self, now: Millis) -> Millis {
+        let earliest = self.next_room().unwrap_or(now).max(now);
+        let per = self.limit.per_ms();
+        let (slot, n) = match self.booked {
+            Some((t, n)) if t >= earliest && n < self.limit.max => (t, n + 1),
+            Some((t, _)) if t >= earliest => (t.saturating_add(per), 1),
+            _ => (earliest, 1),
+        };
+        let slot = slot.min(crate::job::MAX_RUN_AT);
+        self.booked = Some((slot, n));
+        slot
+    }
+
+    /// The time of the latest start recorded, if any.
+    pub fn latest_start(&self) -> Option<Millis> {
+        self.starts.back().map(|&(t, _)| t)
+    }
+
+    /// What [`defer`](Self::defer) last gave, for brokers that store windows: the time and
+    /// how many jobs it gave it to.
+    pub fn booked(&self) -> Option<(Millis, u32)> {
+        self.booked
+    }
+
+    /// Restores what [`booked`](Self::booked) gave, read back from storage.
+    pub fn set_booked(&mut self, booked: Option<(Millis, u32)>) {
+        self.booked = booked;
+    }
+
+    /// Whether the window holds nothing a claim at `now` would count or continue from: no
+    /// start within `per` and no deferral still ahead. Such a key's window can be dropped.
+    pub fn idle(&mut self, now: Millis) -> bool {
+        self.room(now) == self.limit.max as usize && self.booked.is_none_or(|(t, _)| t < now)
     }
 
     /// The window as stored by brokers that keep it in a column: each pair as its time (8
@@ -249,6 +321,31 @@ mod tests {
     }
 
     #[test]
+    fn deferrals_spread_a_backlog_over_the_times_it_may_start() {
+        let limit = RateLimit::new(2, Duration::from_millis(100)).unwrap();
+        let mut w = Window::new(limit);
+        w.started(2, 10);
+        let slots: Vec<Millis> = (0..5).map(|_| w.defer(50)).collect();
+        assert_eq!(
+            slots,
+            [110, 110, 210, 210, 310],
+            "two per period from the next room"
+        );
+        assert_eq!(w.booked(), Some((310, 1)));
+        // Later, past every slot given: the next deferral starts from the window again.
+        w.started(2, 400);
+        assert_eq!(w.defer(450), 500);
+        let mut back = Window::new(limit);
+        back.set_booked(w.booked());
+        assert_eq!(back.booked(), Some((500, 1)));
+        assert!(!w.idle(450), "starts within the period");
+        assert!(
+            w.idle(501),
+            "nothing within the period, nothing booked ahead"
+        );
+    }
+
+    #[test]
     fn a_limit_reads_as_starts_per_window() {
         let shown = |max, ms| {
             RateLimit::new(max, Duration::from_millis(ms))
@@ -259,6 +356,8 @@ mod tests {
         assert_eq!(shown(3, 1_500), "3/1500ms");
         assert_eq!(shown(10, 120_000), "10/2m");
         assert_eq!(shown(1, 86_400_000), "1/1d");
+        let keyed = RateLimit::new(5, Duration::from_secs(1)).unwrap().per_key();
+        assert_eq!(keyed.to_string(), "5/1s per key");
     }
 
     #[test]

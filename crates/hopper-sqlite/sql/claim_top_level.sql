@@ -3,6 +3,6 @@ SELECT (SELECT priority
         WHERE state = 0 AND queue = ?1
         ORDER BY priority DESC
         LIMIT 1),
-       max(r.max), r.per_ms, r.starts
+       max(r.max), r.per_ms, r.starts, r.per_key, r.swept_at
 FROM hopper_rate_limits AS r
 WHERE r.queue = ?1

@@ -1,1 +1,1 @@
-SELECT max, per_ms FROM hopper_rate_limits WHERE queue = ?1
+SELECT max, per_ms, per_key FROM hopper_rate_limits WHERE queue = ?1

@@ -183,7 +183,7 @@ impl Broker for SqliteBroker {
             .with_admin(AdminCalls::RECORDS)
             .with_unique()
             .with_ordered()
-            .with_rate_limits()
+            .with_rate_limits_per_key()
             .with_groups()
     }
 
@@ -200,9 +200,12 @@ impl Broker for SqliteBroker {
             return Ok(Vec::new());
         }
         let now = self.now();
-        let plain = jobs
-            .iter()
-            .all(|job| job.unique.is_none() && job.ordering_key.is_none() && job.group.is_none());
+        let plain = jobs.iter().all(|job| {
+            job.unique.is_none()
+                && job.ordering_key.is_none()
+                && job.group.is_none()
+                && job.rate_key.is_none()
+        });
         let members = jobs.iter().any(|job| job.group.is_some());
         let done = if plain {
             let ids = self

@@ -22,7 +22,8 @@
 //!   (listings, re-drives, pauses, statistics); `registry`, live workers and throughput
 //!   buckets; `unique`, enqueues with unique keys and the sweep of stale ones;
 //!   `ordering`, ordering keys: jobs blocked behind the earlier ones of their key; `rate`,
-//!   rate limits: each limited queue's window, read and written by its claims; `groups`,
+//!   rate limits: each limited queue's window, read and written by its claims;
+//!   `rate_keys`, limits per key: a window per rate key, jobs held back moved; `groups`,
 //!   groups: members counted as they settle, and each sealed group's completion job;
 //!   `rows`, reading a job or a record from its row.
 //! - `schema`: connection settings and versioned migrations (`migrations/*.sql`, recorded in
@@ -37,6 +38,7 @@ pub mod options;
 mod ordering;
 mod queries;
 mod rate;
+mod rate_keys;
 mod registry;
 mod rows;
 mod schema;

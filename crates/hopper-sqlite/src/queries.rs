@@ -15,6 +15,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::groups::{self, Ended};
 use crate::ordering::{self, Line};
 use crate::rate::Gate;
+use crate::rate_keys::DEFER_PER_CLAIM;
 use crate::rows::candidate_from_row;
 pub(crate) use crate::rows::record_from_row;
 use crate::sql;
@@ -89,7 +90,7 @@ pub(crate) fn fetch(
     let mut next_level = None;
     for budget in budgets.iter().filter(|b| b.limit > 0) {
         let queue = budget.queue.as_str();
-        let (top, gate) = top_level.query_row(params![queue], |row| {
+        let (top, mut gate) = top_level.query_row(params![queue], |row| {
             Ok((
                 row.get::<_, Option<i64>>(0)?,
                 Gate::of_row(queue, row, now)?,
@@ -110,6 +111,8 @@ pub(crate) fn fetch(
             // A full level that came back short lost races to another process: stop
             // there, as a lower level must not go ahead of this one's remaining jobs.
             let exhausted = (found.len() as i64) < limit;
+            let mut keys = gate.as_mut().and_then(|g| g.keys.as_mut());
+            let deferred_before = keys.as_ref().map_or(0, |k| k.deferred);
             for candidate in found {
                 let mut job = match candidate {
                     Ok(job) => job,
@@ -118,12 +121,31 @@ pub(crate) fn fetch(
                         continue;
                     }
                 };
+                let key = match keys.as_mut() {
+                    Some(keys) => match keys.admit(conn, queue, job.id, now)? {
+                        Some(key) => Some(key),
+                        // Moved to when its key's window has room.
+                        None => continue,
+                    },
+                    None => None,
+                };
                 claim.raw_bind_parameter(1, job.id.0)?;
                 if claim.raw_execute()? == 1 {
+                    if let (Some(keys), Some(key)) = (keys.as_mut(), key) {
+                        keys.started(&key, now);
+                    }
                     job.attempt += 1;
                     job.lease = lease;
                     jobs.push(job);
                     taken += 1;
+                }
+            }
+            // Under a limit per key, jobs moved back leave room in the level: read it again
+            // (they are no longer due), up to the claim's bound on moves.
+            let moved = keys.map(|k| (k.deferred > deferred_before, k.deferred));
+            if let Some((true, total)) = moved {
+                if !exhausted && taken < allowed && total < DEFER_PER_CLAIM {
+                    continue;
                 }
             }
             if !exhausted || taken >= allowed {

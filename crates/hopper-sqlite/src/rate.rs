@@ -33,6 +33,7 @@ use hopper_core::job::MAX_DELAY;
 use hopper_core::rate::{MAX_RATE, RateLimit, Window};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use crate::rate_keys::KeyGate;
 use crate::sql;
 
 /// The longest window a row may hold, in ms: [`MAX_DELAY`].
@@ -49,21 +50,34 @@ pub(crate) fn set(
         Some(limit) => conn.prepare_cached(sql::SET_RATE_LIMIT)?.execute(params![
             queue,
             limit.max,
-            per_ms(limit)
+            per_ms(limit),
+            limit.per_key
         ])?,
         None => conn
             .prepare_cached(sql::LIFT_RATE_LIMIT)?
             .execute(params![queue])?,
     };
+    if !limit.is_some_and(|l| l.per_key) {
+        // Key windows count nothing without a limit per key.
+        conn.prepare_cached(sql::DROP_RATE_KEYS)?
+            .execute(params![queue])?;
+    }
     Ok(())
 }
 
 /// `queue`'s limit, for its statistics; a stored limit out of range shows as it is kept.
 pub(crate) fn limit_of(conn: &Connection, queue: &str) -> rusqlite::Result<Option<RateLimit>> {
     conn.prepare_cached(sql::RATE_LIMIT)?
-        .query_row(params![queue], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_row(params![queue], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get::<_, i64>(2)?))
+        })
         .optional()
-        .map(|found| found.map(|(max, per)| read_limit(queue, max, per).0))
+        .map(|found| {
+            found.map(|(max, per, per_key)| {
+                let limit = read_limit(queue, max, per).0;
+                if per_key != 0 { limit.per_key() } else { limit }
+            })
+        })
 }
 
 fn per_ms(limit: RateLimit) -> i64 {
@@ -142,16 +156,16 @@ fn latest_start(starts: &[u8]) -> Option<Millis> {
 }
 
 /// A limited queue's window during one claim: how many jobs the claim may take, and what
-/// it writes back.
-#[derive(Debug)]
+/// it writes back. For a limit per key, the keys' windows instead ([`KeyGate`]).
 pub(crate) struct Gate {
     stored: Stored,
     room: usize,
+    pub(crate) keys: Option<KeyGate>,
 }
 
 impl Gate {
-    /// The gate of `CLAIM_TOP_LEVEL`'s row (columns 1 to 3: `max, per_ms, starts`), or
-    /// `None` when the queue has no limit; its room at `now`.
+    /// The gate of `CLAIM_TOP_LEVEL`'s row (columns 1 to 5: `max, per_ms, starts, per_key,
+    /// swept_at`), or `None` when the queue has no limit; its room at `now`.
     pub(crate) fn of_row(
         queue: &str,
         row: &Row<'_>,
@@ -164,12 +178,23 @@ impl Gate {
         let starts = row.get_ref(3)?.as_blob()?;
         let mut stored = window(queue, max, per, starts, now);
         let room = stored.window.room(now);
-        Ok(Some(Gate { stored, room }))
+        let keys = match row.get::<_, i64>(4)? {
+            0 => None,
+            _ => {
+                let limit = stored.window.limit().per_key();
+                Some(KeyGate::new(limit, row.get(5)?, now))
+            }
+        };
+        Ok(Some(Gate { stored, room, keys }))
     }
 
-    /// The most a budget of `limit` jobs may take now.
+    /// The most a budget of `limit` jobs may take now: the room of the queue's window, or
+    /// all of it under a limit per key, whose keys decide job by job.
     pub(crate) fn cut(&self, limit: usize) -> usize {
-        limit.min(self.room)
+        match self.keys {
+            Some(_) => limit,
+            None => limit.min(self.room),
+        }
     }
 
     /// Records that the claim took `taken` jobs at `now` of a budget of `asked`, and writes
@@ -193,7 +218,15 @@ impl Gate {
         waiting: bool,
         now: Millis,
     ) -> rusqlite::Result<Option<Millis>> {
-        let Gate { mut stored, room } = self;
+        let Gate {
+            mut stored,
+            room,
+            keys,
+        } = self;
+        if let Some(keys) = keys {
+            keys.save(conn, queue, now)?;
+            return Ok(None);
+        }
         let at = stored.latest.map_or(now, |latest| latest.max(now));
         stored.window.started(taken, at);
         if taken > 0 || stored.repair {

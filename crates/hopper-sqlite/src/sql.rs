@@ -159,6 +159,24 @@ statements! {
     LIFT_RATE_LIMIT = "lift_rate_limit.sql";
     /// A queue's rate limit, without its window.
     RATE_LIMIT = "rate_limit.sql";
+    /// Drops every key window of a queue.
+    DROP_RATE_KEYS = "drop_rate_keys.sql";
+    /// Gives a job its rate key.
+    SET_RATE_KEY = "set_rate_key.sql";
+    /// A job's rate key.
+    JOB_RATE_KEY = "job_rate_key.sql";
+    /// A key's window: its starts and what it last gave held-back jobs.
+    KEY_WINDOW = "key_window.sql";
+    /// Writes a key's window.
+    SAVE_KEY_WINDOW = "save_key_window.sql";
+    /// Drops a key's window.
+    DROP_KEY_WINDOW = "drop_key_window.sql";
+    /// Moves a pending job held back by its key's window to a later time.
+    DEFER_JOB = "defer_job.sql";
+    /// Drops a queue's idle key windows.
+    SWEEP_RATE_KEYS = "sweep_rate_keys.sql";
+    /// Notes when a queue's key windows were last swept.
+    RATE_KEYS_SWEPT = "rate_keys_swept.sql";
     /// The earliest `run_at` up to now among one priority level of a queue's pending jobs.
     OLDEST_DUE = "oldest_due.sql";
     /// The names of the queues with jobs, paused or limited, unsorted, some more than once.
@@ -221,6 +239,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0009_ordering_keys.sql"),
     include_str!("../migrations/0010_rate_limits.sql"),
     include_str!("../migrations/0011_groups.sql"),
+    include_str!("../migrations/0012_rate_keys.sql"),
 ];
 
 #[cfg(test)]

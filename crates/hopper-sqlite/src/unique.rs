@@ -26,7 +26,7 @@ const SWEEP_STEP: i64 = 1000;
 /// start from the first.
 pub(crate) type SweepCursor = Option<(String, String)>;
 
-/// Enqueues a batch in which some jobs have a unique or an ordering key or a group (see
+/// Enqueues a batch in which some jobs have a unique, an ordering or a rate key or a group (see
 /// [`crate::groups::enqueue`], which counts members), in order. A job whose unique key an
 /// earlier job of the batch has is not stored and answers as that one did; one whose key
 /// is held by a job whose hold still stands is not stored and answers with the holder;
@@ -35,7 +35,8 @@ pub(crate) type SweepCursor = Option<(String, String)>;
 /// (`INSERT_KEYED_JOB`), for its record, after the hold ends. A job with an ordering key
 /// (never with a unique one too) is inserted by `INSERT_ORDERED_JOB`, blocked behind the
 /// pending and leased jobs of its key; a member of a group (never with a key of either
-/// kind) by `INSERT_MEMBER_JOB`, with its group.
+/// kind) by `INSERT_MEMBER_JOB`, with its group. A job with a rate key is given it by
+/// `SET_RATE_KEY` after its insert, whichever statement inserted it.
 ///
 /// The holder is looked up before the job is inserted, rather than the job inserted and
 /// then deleted again on finding the key held: the writer is alone in the file, so the
@@ -51,6 +52,17 @@ pub(crate) fn enqueue(
     let mut take = conn.prepare_cached(sql::TAKE_UNIQUE_KEY)?;
     let mut insert_ordered = conn.prepare_cached(sql::INSERT_ORDERED_JOB)?;
     let mut insert_member = None;
+    let mut set_rate_key = None;
+    let mut tag = |job: &NewJob, id: JobId| -> rusqlite::Result<()> {
+        if let Some(key) = &job.rate_key {
+            let stmt = match &mut set_rate_key {
+                Some(stmt) => stmt,
+                None => set_rate_key.insert(conn.prepare_cached(sql::SET_RATE_KEY)?),
+            };
+            stmt.execute(params![id.0, key])?;
+        }
+        Ok(())
+    };
     let mut done: Vec<Enqueued> = Vec::with_capacity(jobs.len());
     for (job, earlier) in jobs.iter().zip(earlier_with_key(jobs)) {
         if let Some(first) = earlier {
@@ -71,6 +83,7 @@ pub(crate) fn enqueue(
                 }
                 (None, None) => store::insert_job(&mut insert, job, now, &[])?,
             };
+            tag(job, id)?;
             done.push(Enqueued::stored(id));
             continue;
         };
@@ -89,6 +102,7 @@ pub(crate) fn enqueue(
             unique.scope.code(),
             unique.scope.until(now)
         ])?;
+        tag(job, id)?;
         done.push(Enqueued::stored(id));
     }
     Ok(done)

@@ -22,6 +22,7 @@ mod sqlite {
     mod pausing;
     mod ranges;
     mod rate;
+    mod rate_keys;
     mod rate_migration;
     mod registry_migration;
     mod schedules_migration;

@@ -94,6 +94,7 @@ macro_rules! broker_suite {
             snooze_is_attempt_neutral,
             ordered_keys,
             rate_limits,
+            rate_limits_per_key,
             groups,
         );
 

@@ -54,6 +54,8 @@ pub struct QueueView {
 pub struct RateLimitView {
     pub max: u32,
     pub per_ms: u64,
+    /// The limit holds for each rate key of the queue's jobs, not the queue as a whole.
+    pub per_key: bool,
 }
 
 impl From<QueueStatus> for QueueView {
@@ -73,6 +75,7 @@ impl From<QueueStatus> for QueueView {
             rate_limit: s.rate_limit.map(|l| RateLimitView {
                 max: l.max,
                 per_ms: l.per.as_millis() as u64,
+                per_key: l.per_key,
             }),
         }
     }

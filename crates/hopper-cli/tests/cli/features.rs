@@ -1,5 +1,6 @@
 //! Rate limits and groups through the commands alone, on SQLite: a limit set by an
-//! operator and one set by `hopper work --rate-limit` hold across processes; a group
+//! operator and one set by `hopper work --rate-limit` hold across processes, and one per
+//! key lets each tenant's job through and moves the rest; a group
 //! enqueued with `--group`, sealed and worked completes once, with its dead named.
 
 use std::time::Duration;
@@ -27,7 +28,10 @@ fn rate_limits_through_the_commands() {
         "calls: at most 3/1h jobs start\n"
     );
     let limit = &stats_json(url, "calls")["rate_limit"];
-    assert_eq!(*limit, serde_json::json!({"max": 3, "per_ms": 3_600_000}));
+    assert_eq!(
+        *limit,
+        serde_json::json!({"max": 3, "per_ms": 3_600_000, "per_key": false})
+    );
     let payloads: String = (0..10).map(|i| format!("{i}\n")).collect();
     ok(url, &["enqueue", "calls"], Some(&payloads));
 
@@ -67,7 +71,10 @@ fn rate_limits_through_the_commands() {
     stop(worker);
     assert_eq!(lines(&mail), 2);
     let limit = &stats_json(url, "mail")["rate_limit"];
-    assert_eq!(*limit, serde_json::json!({"max": 2, "per_ms": 3_600_000}));
+    assert_eq!(
+        *limit,
+        serde_json::json!({"max": 2, "per_ms": 3_600_000, "per_key": false})
+    );
 
     assert_eq!(
         ok(url, &["queue", "limit", "calls", "--off"], None),
@@ -83,6 +90,56 @@ fn rate_limits_through_the_commands() {
         !bad.status.success() && stderr.contains("rate limit"),
         "{stderr}"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn rate_limits_per_key_through_the_commands() {
+    let (url, dir) = sqlite_url("key_limits");
+    let url = url.as_str();
+    assert_eq!(
+        ok(
+            url,
+            &["queue", "limit", "exports", "1/1h", "--per-key"],
+            None
+        ),
+        "exports: at most 1/1h jobs of each rate key start\n"
+    );
+    let limit = &stats_json(url, "exports")["rate_limit"];
+    let expected = serde_json::json!({"max": 1, "per_ms": 3_600_000, "per_key": true});
+    assert_eq!(*limit, expected);
+    let lacking = hopper(&[
+        "--broker",
+        url,
+        "enqueue",
+        "exports",
+        r#"{"other":1}"#,
+        "--rate-key-from",
+        "tenant",
+    ]);
+    let refused = String::from_utf8_lossy(&lacking.stderr).into_owned();
+    assert!(
+        !lacking.status.success() && refused.contains("rate_key"),
+        "{refused}"
+    );
+    let payloads = "{\"tenant\":\"a\"}\n{\"tenant\":\"a\"}\n{\"tenant\":\"b\"}\n";
+    let ids = ok(
+        url,
+        &["enqueue", "exports", "--rate-key-from", "tenant"],
+        Some(payloads),
+    );
+    assert_eq!(ids.lines().count(), 3);
+
+    // One of each tenant runs; a's second is moved to its key's next room, an hour on.
+    let log = dir.join("exports.log");
+    let script = format!("cat >> {}; echo >> {}", log.display(), log.display());
+    let worker = start_work(url, "exports", &script);
+    wait_for_stats(url, "exports", (0, 1, 0, 0));
+    stop(worker);
+    let ran = std::fs::read_to_string(&log).unwrap();
+    let mut ran: Vec<&str> = ran.lines().filter(|l| !l.is_empty()).collect();
+    ran.sort();
+    assert_eq!(ran, [r#"{"tenant":"a"}"#, r#"{"tenant":"b"}"#]);
     let _ = std::fs::remove_dir_all(dir);
 }
 

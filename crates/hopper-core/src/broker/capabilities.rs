@@ -56,6 +56,9 @@ pub struct Capabilities {
     /// Rate limits ([`Broker::set_rate_limit`]) are kept by the broker itself, so that
     /// every worker's claims count against one window.
     pub rate_limits: bool,
+    /// Rate limits [per key](crate::RateLimit::per_key) and the jobs' rate keys
+    /// ([`NewJob::rate_key`]); without, both are refused.
+    pub rate_limits_per_key: bool,
     /// Groups ([`NewJob::group`], [`Broker::seal_group`]) are counted by the broker
     /// itself, so that their completion job is enqueued once; without, an enqueue of a
     /// member is refused.
@@ -132,6 +135,7 @@ impl Capabilities {
             unique: false,
             ordered: false,
             rate_limits: false,
+            rate_limits_per_key: false,
             groups: false,
         }
     }
@@ -152,6 +156,7 @@ impl Capabilities {
             unique: false,
             ordered: false,
             rate_limits: false,
+            rate_limits_per_key: false,
             groups: false,
         }
     }
@@ -172,6 +177,7 @@ impl Capabilities {
             unique: false,
             ordered: false,
             rate_limits: false,
+            rate_limits_per_key: false,
             groups: false,
         }
     }
@@ -206,6 +212,15 @@ impl Capabilities {
     pub const fn with_rate_limits(self) -> Self {
         Capabilities {
             rate_limits: true,
+            ..self
+        }
+    }
+
+    /// The same, keeping rate limits per key (and so rate limits).
+    pub const fn with_rate_limits_per_key(self) -> Self {
+        Capabilities {
+            rate_limits: true,
+            rate_limits_per_key: true,
             ..self
         }
     }

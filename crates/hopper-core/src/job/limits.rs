@@ -167,6 +167,12 @@ impl NewJob {
                 return Err(ConfigError::new("ordering_key", key.escape_debug(), allowed).into());
             }
         }
+        if let Some(key) = &self.rate_key {
+            if key.is_empty() || key.len() > MAX_ORDERING_KEY || key.contains('\0') {
+                let allowed = format!("1 to {MAX_ORDERING_KEY} bytes, no NUL");
+                return Err(ConfigError::new("rate_key", key.escape_debug(), allowed).into());
+            }
+        }
         if let Some(group) = &self.group {
             validate_group(group)?;
             if self.unique.is_some() || self.ordering_key.is_some() {

@@ -11,6 +11,7 @@ mod admin;
 mod groups;
 mod ordering;
 mod queue;
+mod rate;
 mod registry;
 mod state;
 pub mod topic;
@@ -32,7 +33,9 @@ use crate::broker::{
 };
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::job::{Enqueued, JobCopy, JobId, LeaseId, Millis, NewJob, earlier_with_key, is_blocked};
+use crate::job::{
+    Enqueued, Job, JobCopy, JobId, LeaseId, Millis, NewJob, earlier_with_key, is_blocked,
+};
 use crate::registry::{Bucket, WorkerBeat, WorkerInfo};
 use groups::Ended;
 use state::{Held, Lease, State, status};
@@ -110,7 +113,7 @@ impl Broker for MemoryBroker {
         Capabilities::in_process("memory")
             .with_unique()
             .with_ordered()
-            .with_rate_limits()
+            .with_rate_limits_per_key()
             .with_groups()
     }
 
@@ -174,32 +177,45 @@ impl Broker for MemoryBroker {
                 true => None,
                 false => st.windows.get_mut(&budget.queue),
             };
-            let limit = match &mut window {
-                Some(w) => budget.limit.min(w.room(now)),
-                None => budget.limit,
+            let index = q.index;
+            let mut take = |mut job: Job| {
+                st.holds.taken(job.id);
+                job.attempt += 1;
+                job.lease = lease;
+                let held = Held {
+                    copy: JobCopy::new(&job),
+                    queue: index,
+                    started: now,
+                };
+                st.leased.insert(job.id, held);
+                jobs.push(job);
             };
-            while jobs.len() - before < limit {
-                match q.pop(&mut emptied) {
-                    Some(mut job) => {
-                        st.holds.taken(job.id);
-                        job.attempt += 1;
-                        job.lease = lease;
-                        let held = Held {
-                            copy: JobCopy::new(&job),
-                            queue: q.index,
-                            started: now,
-                        };
-                        st.leased.insert(job.id, held);
-                        jobs.push(job);
-                    }
-                    None => break,
+            match &mut window {
+                Some(w) if w.limit().per_key => {
+                    let keys = st.key_windows.entry(budget.queue.clone()).or_default();
+                    let (limit, want) = (w.limit(), budget.limit);
+                    rate::claim(q, keys, &st.rate_keys, limit, want, now, &mut emptied, take);
                 }
-            }
-            if let Some(w) = window {
-                w.started(jobs.len() - before, now);
-                if let Some(at) = w.next_room().filter(|_| !q.ready.is_empty()) {
-                    // Jobs are due but the window is full: due again when it has room.
-                    next_due = Some(next_due.map_or(at, |n: Millis| n.min(at)));
+                _ => {
+                    let limit = match &mut window {
+                        Some(w) => budget.limit.min(w.room(now)),
+                        None => budget.limit,
+                    };
+                    for _ in 0..limit {
+                        match q.pop(&mut emptied) {
+                            Some(job) => take(job),
+                            None => break,
+                        }
+                    }
+                    if let Some(w) = window {
+                        let took = jobs.len() - before;
+                        w.started(took, now);
+                        if let Some(at) = w.next_room().filter(|_| !q.ready.is_empty()) {
+                            // Jobs are due but the window is full: due again when it has
+                            // room.
+                            next_due = Some(next_due.map_or(at, |n: Millis| n.min(at)));
+                        }
+                    }
                 }
             }
             if jobs.len() - before < budget.limit {
@@ -260,6 +276,9 @@ impl Broker for MemoryBroker {
                         st.errors.remove(&s.job);
                     }
                     st.holds.gone(s.job);
+                    if !st.rate_keys.is_empty() {
+                        st.rate_keys.remove(&s.job);
+                    }
                     requeued |= st.leave_line(s.job, now);
                     requeued |= st.end_member(s.job, Ended::Succeeded, now);
                     continue;
@@ -381,6 +400,7 @@ impl Broker for MemoryBroker {
             gone += (q.ready_len + q.delayed.len() + q.dead.len()) as u64;
             for id in q.dead {
                 st.finished.remove(&id);
+                st.rate_keys.remove(&id);
             }
             let waiting = q.ready.values().flatten().chain(q.delayed.values());
             purged.extend(waiting.map(|j| j.id));
@@ -402,6 +422,7 @@ impl Broker for MemoryBroker {
         let now = self.inner.clock.now_millis();
         let mut fired = false;
         for id in purged {
+            st.rate_keys.remove(&id);
             fired |= st.end_member(id, Ended::Cancelled, now);
         }
         drop(st);
@@ -472,6 +493,7 @@ impl Broker for MemoryBroker {
             }
             None => {
                 st.windows.remove(queue);
+                st.key_windows.remove(queue);
             }
         }
         drop(st);

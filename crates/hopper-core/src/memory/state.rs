@@ -31,8 +31,12 @@ pub(super) struct State {
     pub(super) lines: super::ordering::Lines,
     /// Groups and their unsettled members.
     pub(super) groups: super::groups::Groups,
-    /// The windows of rate-limited queues.
+    /// The windows of rate-limited queues; for a limit per key, the limit only.
     pub(super) windows: HashMap<String, crate::rate::Window>,
+    /// The windows of the keys of queues limited per key.
+    pub(super) key_windows: HashMap<String, super::rate::KeyWindows>,
+    /// The rate keys of unfinished and dead jobs that have one.
+    pub(super) rate_keys: IdMap<JobId, String>,
     pub(super) next_reap: Millis,
 }
 
@@ -204,6 +208,7 @@ impl State {
         let record = self.record(job, state, Some(now));
         if state == JobState::Cancelled {
             self.errors.remove(&id);
+            self.rate_keys.remove(&id);
         }
         self.finished.insert(id, record);
         let next = self.leave_line(id, now);
@@ -224,6 +229,9 @@ impl State {
         }
         if let Some(group) = new.group.take() {
             self.groups.join(&group, id);
+        }
+        if let Some(key) = new.rate_key.take() {
+            self.rate_keys.insert(id, key);
         }
         let job = Job {
             id,

@@ -274,6 +274,14 @@ impl WorkerBuilder {
                     "a broker that keeps rate limits (memory, SQLite, PostgreSQL, MySQL)",
                 ));
             }
+            let per_key = o.rate_limit.is_some_and(|l| l.per_key);
+            if per_key && !self.broker.capabilities().rate_limits_per_key {
+                return Err(ConfigError::new(
+                    format!("rate limit of queue {}", q.name),
+                    format!("per key on the {} broker", self.broker.capabilities().name),
+                    "a broker that keeps rate limits per key (memory, SQLite)",
+                ));
+            }
             if let Some((size, _)) = o.batch {
                 if size == 0 {
                     return Err(ConfigError::new(

@@ -500,6 +500,9 @@ impl Broker for MySqlBroker {
         queue: &str,
         limit: Option<hopper_core::RateLimit>,
     ) -> Result<()> {
+        if limit.is_some_and(|l| l.per_key) {
+            return Err(self.not_supported("rate limits per key"));
+        }
         self.set_limit(queue, limit).await
     }
 

@@ -286,6 +286,9 @@ impl Broker for PgBroker {
 
     async fn set_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
         hopper_core::job::validate_queue_name(queue)?;
+        if limit.is_some_and(|l| l.per_key) {
+            return Err(self.not_supported("rate limits per key"));
+        }
         let what = match limit {
             Some(_) => "setting a rate limit",
             None => "lifting a rate limit",

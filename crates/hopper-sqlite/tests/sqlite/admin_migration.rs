@@ -113,5 +113,5 @@ async fn a_file_from_before_the_operator_calls_keeps_its_jobs_in_every_state() {
     assert_eq!(rec.last_error.as_deref(), Some("again"));
     drop(broker);
 
-    assert_eq!(file_version(&db), 11);
+    assert_eq!(file_version(&db), 12);
 }

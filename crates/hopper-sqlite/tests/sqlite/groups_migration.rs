@@ -33,7 +33,7 @@ async fn a_file_from_before_groups_keeps_its_jobs_and_takes_a_group() {
     drop(raw);
 
     let broker = SqliteBroker::open(db.path()).await.unwrap();
-    assert_eq!(file_version(&db), 11);
+    assert_eq!(file_version(&db), 12);
     assert_eq!(broker.group("g").await.unwrap(), None);
     let back = broker.retry_dead(&Selection::Jobs(vec![JobId(3)])).await;
     assert_eq!(back.unwrap(), 1, "a dead letter from before is re-driven");

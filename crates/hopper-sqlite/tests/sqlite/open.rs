@@ -54,7 +54,7 @@ async fn reopening_applies_no_migration_twice() {
     let version: i64 = raw
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     let mode: String = raw
         .pragma_query_value(None, "journal_mode", |row| row.get(0))
         .unwrap();

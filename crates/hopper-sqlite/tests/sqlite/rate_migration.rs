@@ -74,7 +74,7 @@ async fn a_file_from_before_rate_limits_keeps_its_jobs_and_takes_a_limit() {
         Some(two_an_hour)
     );
     drop(broker);
-    assert_eq!(file_version(&db), 11);
+    assert_eq!(file_version(&db), 12);
 
     let raw = rusqlite::Connection::open(db.path()).unwrap();
     for (max, per) in [

@@ -65,7 +65,7 @@ async fn a_file_from_before_the_registry_gains_its_tables_and_keeps_its_jobs() {
     assert_eq!(broker.throughput("q").await.unwrap().len(), 1);
     drop(broker);
 
-    assert_eq!(file_version(&db), 11);
+    assert_eq!(file_version(&db), 12);
     let raw = rusqlite::Connection::open(db.path()).unwrap();
     let mut names = raw
         .prepare("SELECT name FROM sqlite_schema WHERE name LIKE 'hopper_%' ORDER BY name")

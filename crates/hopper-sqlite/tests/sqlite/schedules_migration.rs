@@ -71,7 +71,7 @@ async fn a_file_from_before_schedules_gains_their_column_and_keeps_its_workers()
     assert_eq!(schedules, [("old", &[][..]), ("again", &[nightly][..])]);
     drop(broker);
 
-    assert_eq!(file_version(&db), 11);
+    assert_eq!(file_version(&db), 12);
     let raw = rusqlite::Connection::open(db.path()).unwrap();
     let old: String = raw
         .query_row(

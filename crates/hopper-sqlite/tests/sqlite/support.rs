@@ -196,7 +196,7 @@ pub async fn worker_target() -> hopper_testkit::worker_cases::Target {
 }
 
 /// The crate's migrations, in order, to make a file as an earlier release left it.
-const MIGRATIONS: [&str; 11] = [
+const MIGRATIONS: [&str; 12] = [
     include_str!("../../migrations/0001_create_jobs.sql"),
     include_str!("../../migrations/0002_one_lease_index.sql"),
     include_str!("../../migrations/0003_range_checks.sql"),
@@ -208,6 +208,7 @@ const MIGRATIONS: [&str; 11] = [
     include_str!("../../migrations/0009_ordering_keys.sql"),
     include_str!("../../migrations/0010_rate_limits.sql"),
     include_str!("../../migrations/0011_groups.sql"),
+    include_str!("../../migrations/0012_rate_keys.sql"),
 ];
 
 /// A connection to `db`, its schema built by the first `version` migrations and marked

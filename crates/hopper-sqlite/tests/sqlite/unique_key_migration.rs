@@ -59,5 +59,5 @@ async fn a_file_from_before_record_keys_gains_the_column_and_keeps_its_jobs() {
     );
     drop(broker);
 
-    assert_eq!(file_version(&db), 11);
+    assert_eq!(file_version(&db), 12);
 }

@@ -32,7 +32,7 @@ async fn a_file_from_before_unique_keys_gains_their_table_and_keeps_its_jobs() {
     assert_eq!(broker.counts("q").await.unwrap().pending, 2);
     drop(broker);
 
-    assert_eq!(file_version(&db), 11);
+    assert_eq!(file_version(&db), 12);
     let raw = rusqlite::Connection::open(db.path()).unwrap();
     let held: (String, String, i64, i64, Option<i64>) = raw
         .query_row(

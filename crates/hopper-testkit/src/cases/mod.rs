@@ -28,6 +28,7 @@ mod inspect;
 mod leases;
 mod ordering;
 mod rate;
+mod rate_keys;
 mod registry;
 mod settle;
 mod unique;
@@ -49,6 +50,7 @@ pub use inspect::{cancel, purge_removes_every_state};
 pub use leases::{expiry_on_final_attempt, lease_expiry_and_fencing, lease_renewal};
 pub use ordering::{ordered_keys, ordered_keys_racing_claimers};
 pub use rate::{rate_limit_racing_claimers, rate_limits};
+pub use rate_keys::rate_limits_per_key;
 pub use registry::workers_and_throughput;
 pub use settle::{
     dead_letters, payloads_survive_every_return, release_is_attempt_neutral, retry_counts_attempts,

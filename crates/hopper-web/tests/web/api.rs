@@ -90,7 +90,7 @@ async fn reads_answer_what_the_broker_holds() {
             queues[1]["rate_limit"].clone()
         ),
         (
-            serde_json::json!({"max": 50, "per_ms": 1000}),
+            serde_json::json!({"max": 50, "per_ms": 1000, "per_key": false}),
             serde_json::Value::Null
         )
     );

@@ -1,0 +1,1 @@
+DELETE FROM hopper_rate_keys WHERE queue = ?1 AND key = ?2

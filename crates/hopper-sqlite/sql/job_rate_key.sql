@@ -1,0 +1,1 @@
+SELECT rate_key FROM hopper_jobs WHERE id = ?1

@@ -1,0 +1,1 @@
+UPDATE hopper_jobs SET rate_key = ?2 WHERE id = ?1

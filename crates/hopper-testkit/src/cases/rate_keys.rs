@@ -1,0 +1,131 @@
+//! Rate limits per key ([`RateLimit::per_key`]): each rate key of a queue's jobs has its
+//! own window, and jobs without a key share one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hopper_core::{Broker, Error, JobId, NewJob, RateLimit};
+use tokio::time::advance;
+
+use super::record;
+use crate::helpers::{TTL, fetch, skip};
+
+fn per_key(max: u32, per_ms: u64) -> RateLimit {
+    RateLimit::new(max, Duration::from_millis(per_ms))
+        .expect("a valid limit")
+        .per_key()
+}
+
+/// The job of `name`, with the rate key `key` unless it is empty.
+fn job(name: &str, key: &str) -> NewJob {
+    let job = NewJob::new("q", name.as_bytes().to_vec());
+    if key.is_empty() {
+        job
+    } else {
+        job.rate_key(key)
+    }
+}
+
+/// Under 2 per 100 ms per key, a fetch of 20 from 6 jobs of key `a`, 3 of `b` and 2
+/// without a key takes 2 of each. The jobs held back move to the times their keys' windows
+/// have room for them, two per period (`a`'s third and fourth at the next room, its fifth
+/// and sixth a period later), and come due then, in that order. A broker without
+/// [`Capabilities::rate_limits_per_key`](hopper_core::Capabilities::rate_limits_per_key)
+/// refuses both the limit and the keys, by name.
+pub async fn rate_limits_per_key(broker: Arc<dyn Broker>) {
+    if !broker.capabilities().rate_limits_per_key {
+        let limit = broker.set_rate_limit("q", Some(per_key(2, 100))).await;
+        assert!(
+            matches!(&limit, Err(Error::NotSupported { what, .. }) if what.contains("rate limits")),
+            "a limit per key must be refused by name: {limit:?}"
+        );
+        let keyed = broker.enqueue(vec![job("a1", "a")]).await;
+        assert!(
+            matches!(&keyed, Err(Error::NotSupported { what, .. }) if what.contains("rate key")),
+            "a job with a rate key must be refused by name: {keyed:?}"
+        );
+        skip(
+            "rate_limits_per_key",
+            "needs Capabilities::rate_limits_per_key (checked: refused by name)",
+        );
+        return;
+    }
+    broker
+        .set_rate_limit("q", Some(per_key(2, 100)))
+        .await
+        .unwrap();
+    let names = [
+        ("a1", "a"),
+        ("a2", "a"),
+        ("b1", "b"),
+        ("a3", "a"),
+        ("n1", ""),
+        ("a4", "a"),
+        ("b2", "b"),
+        ("n2", ""),
+        ("a5", "a"),
+        ("b3", "b"),
+        ("a6", "a"),
+    ];
+    let ids = broker
+        .enqueue(names.iter().map(|(n, k)| job(n, k)).collect())
+        .await
+        .unwrap();
+    let name_of = |id: JobId| names[ids.iter().position(|i| *i == id).unwrap()].0;
+    let named = |jobs: &[hopper_core::Job]| {
+        let mut got: Vec<&str> = jobs.iter().map(|j| name_of(j.id)).collect();
+        got.sort();
+        got
+    };
+
+    let first = fetch(&broker, "q", 20, TTL).await;
+    assert_eq!(named(&first.jobs), ["a1", "a2", "b1", "b2", "n1", "n2"]);
+    let t0 = record(&broker, first.jobs[0].id)
+        .await
+        .started_at
+        .expect("a claimed job's start");
+    assert_eq!(
+        first.next_due,
+        Some(t0 + 100),
+        "the held-back jobs' first room"
+    );
+    let mut moved = Vec::new();
+    for name in ["a3", "a4", "b3", "a5", "a6"] {
+        let id = ids[names.iter().position(|(n, _)| *n == name).unwrap()];
+        moved.push(record(&broker, id).await.job.run_at - t0);
+    }
+    assert_eq!(
+        moved,
+        [100, 100, 100, 200, 200],
+        "a3, a4 and b3 at their keys' next room; a5 and a6 a period later"
+    );
+
+    advance(Duration::from_millis(99)).await;
+    let early = fetch(&broker, "q", 20, TTL).await;
+    assert!(early.jobs.is_empty(), "1 ms before any key has room");
+    assert_eq!(early.next_due, Some(t0 + 100));
+    advance(Duration::from_millis(1)).await;
+    let second = fetch(&broker, "q", 20, TTL).await;
+    assert_eq!(named(&second.jobs), ["a3", "a4", "b3"]);
+    assert_eq!(second.next_due, Some(t0 + 200));
+    advance(Duration::from_millis(100)).await;
+    let third = fetch(&broker, "q", 20, TTL).await;
+    assert_eq!(named(&third.jobs), ["a5", "a6"]);
+
+    if broker.capabilities().admin.stats {
+        let shown = broker.queue_stats("q").await.unwrap().rate_limit;
+        assert_eq!(shown, Some(per_key(2, 100)), "shown to operators");
+        assert_eq!(shown.unwrap().to_string(), "2/100ms per key");
+    }
+
+    // Lifted: a key's jobs go as fast as they are fetched again.
+    broker.set_rate_limit("q", None).await.unwrap();
+    let more: Vec<NewJob> = (0..5).map(|i| job(&format!("c{i}"), "a")).collect();
+    broker.enqueue(more).await.unwrap();
+    assert_eq!(fetch(&broker, "q", 20, TTL).await.jobs.len(), 5, "lifted");
+    let bad = broker.enqueue(vec![job("e", "").rate_key("")]).await;
+    assert!(
+        matches!(&bad, Err(Error::Config(c)) if c.setting == "rate_key"),
+        "an empty rate key is refused by name: {bad:?}"
+    );
+}
