@@ -87,10 +87,13 @@ windows AS MATERIALIZED (
     WHERE EXISTS (SELECT FROM {schema}.hopper_rate_limits AS r WHERE r.queue = ANY ($1::text[]))
 ),
 -- Each queue's budget (`asked`) cut to its window's room (`n`). The room by a subquery,
--- not a join: a hash join's table costs every claim, with a limit or without.
+-- not a join: a hash join's table costs every claim, with a limit or without. A room of
+-- -1 is a queue limited per key (0014_rate_keys.sql): none of its jobs here, and a row
+-- of kind 7 naming it for the broker to claim with hopper_rate_claim_keyed.
 budgets AS MATERIALIZED (
-    SELECT x.queue, x.asked, x.room IS NOT NULL AS limited,
-           coalesce(least(x.asked, x.room), x.asked) AS n
+    SELECT x.queue, x.asked, x.room >= 0 AS limited, x.room < 0 AS keyed,
+           CASE WHEN x.room IS NULL THEN x.asked ELSE least(x.asked, greatest(x.room, 0)) END
+               AS n
     FROM (SELECT b.queue, b.n AS asked,
                  (SELECT w.room FROM windows AS w WHERE w.queue = b.queue) AS room
           FROM unnest($1::text[], $2::int[]) AS b(queue, n)) AS x
@@ -170,3 +173,7 @@ FROM (SELECT array_agg(b.queue) AS queues, array_agg(b.asked::bigint) AS asked,
 CROSS JOIN LATERAL {schema}.hopper_rate_record(t.queues, t.asked, t.took, (SELECT ms FROM now))
     AS r
 WHERE t.queues IS NOT NULL
+UNION ALL
+SELECT NULL, b.queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 7::smallint, b.asked::bigint, NULL
+FROM budgets AS b
+WHERE b.keyed

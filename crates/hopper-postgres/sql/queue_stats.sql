@@ -71,7 +71,7 @@ SELECT CASE WHEN $4::bigint IS NULL THEN (SELECT pending FROM waiting) ELSE (
         WHERE l.priority IS NOT NULL) AS oldest_due,
        now.ms AS now,
        tp.at, tp.completed, tp.failed, tp.dead,
-       rl.max AS rate_max, rl.per_ms AS rate_per_ms
+       rl.max AS rate_max, rl.per_ms AS rate_per_ms, rl.per_key AS rate_per_key
 FROM now
 LEFT JOIN {schema}.hopper_rate_limits AS rl ON rl.queue = $1
 CROSS JOIN LATERAL (

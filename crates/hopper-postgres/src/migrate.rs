@@ -24,6 +24,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0011_rate_limits.sql"),
     include_str!("../migrations/0012_groups.sql"),
     include_str!("../migrations/0013_ordered_heads_unblocked.sql"),
+    include_str!("../migrations/0014_rate_keys.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.

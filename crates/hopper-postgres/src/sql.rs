@@ -21,10 +21,12 @@ macro_rules! statements {
 statements!(
     enqueue,
     enqueue_unique,
+    enqueue_rated,
     enqueue_ordered,
     unblock,
     unblock_stuck,
     claim,
+    claim_keyed,
     settle,
     renew,
     cancel,

@@ -15,6 +15,7 @@ mod postgres {
     mod plans;
     mod ranges;
     mod rate;
+    mod rate_keys;
     mod suite;
     pub mod support;
     mod transactions;

@@ -279,7 +279,7 @@ impl WorkerBuilder {
                 return Err(ConfigError::new(
                     format!("rate limit of queue {}", q.name),
                     format!("per key on the {} broker", self.broker.capabilities().name),
-                    "a broker that keeps rate limits per key (memory, SQLite)",
+                    "a broker that keeps rate limits per key (memory, SQLite, PostgreSQL)",
                 ));
             }
             if let Some((size, _)) = o.batch {

@@ -106,7 +106,7 @@ impl PgBroker {
         bound: Option<u64>,
     ) -> Result<QueueStatus> {
         // The counts, paused, oldest_due, now, the buckets' starts and counts, then the
-        // rate limit's starts per window and window.
+        // rate limit's starts per window, window and whether it holds per key.
         type Row = (
             i64,
             i64,
@@ -121,6 +121,7 @@ impl PgBroker {
             V,
             L,
             Option<i64>,
+            Option<bool>,
         );
         type V = Vec<i64>;
         type L = Option<i32>;
@@ -152,7 +153,8 @@ impl PgBroker {
             last_hour: Some(last_hour),
             bound,
             consumers: None,
-            rate_limit: stored_limit(queue, row.11, row.12),
+            rate_limit: stored_limit(queue, row.11, row.12)
+                .map(|l| if row.13 == Some(true) { l.per_key() } else { l }),
         })
     }
 }

@@ -56,6 +56,7 @@ impl PgBroker {
         if checked.is_empty() {
             return Ok(Vec::new());
         }
+        self.refuse_mixed_rate_keys(&checked)?;
         let batch = Batch::new(checked, self.now());
         self.send(conn, &batch)
             .await
@@ -70,6 +71,7 @@ impl PgBroker {
     /// enqueue the jobs twice. A keyed batch that lost a deadlock was rolled back too, and
     /// is sent again.
     pub(super) async fn insert_held(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
+        self.refuse_mixed_rate_keys(&jobs)?;
         let batch = Batch::new(jobs, self.now());
         let (mut ended, mut races) = (false, 0);
         loop {
@@ -94,6 +96,19 @@ impl PgBroker {
         }
     }
 
+    /// Refuses a batch in which a job has a rate key and some job a unique or an ordering
+    /// key or a group: enqueue_rated.sql stores rate keys for plain jobs only.
+    fn refuse_mixed_rate_keys(&self, jobs: &CheckedJobs) -> Result<()> {
+        let rated = jobs.iter().any(|j| j.rate_key.is_some());
+        let other =
+            |j: &NewJob| j.unique.is_some() || j.ordering_key.is_some() || j.group.is_some();
+        if rated && jobs.iter().any(other) {
+            return Err(self
+                .not_supported("rate keys in a batch with unique keys, ordering keys or groups"));
+        }
+        Ok(())
+    }
+
     /// Sends `batch` in one statement: enqueue.sql when no job has a key,
     /// enqueue_unique.sql for unique keys, enqueue_ordered.sql for ordering keys. Says
     /// what became of each job, in input order. A batch with members of groups takes
@@ -106,10 +121,11 @@ impl PgBroker {
         if let Some(groups) = &batch.groups {
             return self.send_members(conn, batch, groups).await;
         }
-        let sql = match (&batch.keys, &batch.ordering) {
-            (Some(_), _) => &self.inner.sql.enqueue_unique,
-            (None, Some(_)) => &self.inner.sql.enqueue_ordered,
-            (None, None) => &self.inner.sql.enqueue,
+        let sql = match (&batch.keys, &batch.ordering, &batch.rate) {
+            (Some(_), _, _) => &self.inner.sql.enqueue_unique,
+            (None, Some(_), _) => &self.inner.sql.enqueue_ordered,
+            (None, None, Some(_)) => &self.inner.sql.enqueue_rated,
+            (None, None, None) => &self.inner.sql.enqueue,
         };
         let a = &batch.arrays;
         let mut query = sqlx::query(sql)
@@ -125,6 +141,9 @@ impl PgBroker {
             Some(keys) => query.bind(keys).bind(&self.inner.channel),
             None => query.bind(&self.inner.channel),
         };
+        if let Some(rate) = &batch.rate {
+            query = query.bind(rate);
+        }
         if let Some(keys) = &batch.keys {
             query = query
                 .bind(&keys.keys)
@@ -214,6 +233,9 @@ struct Batch {
     ordering: Option<Vec<Option<String>>>,
     /// Each job's group, when any job is a member of one (never beside unique keys).
     groups: Option<Vec<Option<String>>>,
+    /// Each job's rate key, when any job has one (never beside the others: the broker
+    /// refused the batch).
+    rate: Option<Vec<Option<String>>>,
 }
 
 /// The keys of a batch in which some job has one. Only the first job of each queue and key
@@ -240,6 +262,8 @@ impl Batch {
         let mut ordering = ordered.then(|| Vec::with_capacity(jobs.len()));
         let grouped = jobs.iter().any(|j| j.group.is_some());
         let mut groups = grouped.then(|| Vec::with_capacity(jobs.len()));
+        let rated = jobs.iter().any(|j| j.rate_key.is_some());
+        let mut rate = rated.then(|| Vec::with_capacity(jobs.len()));
         let mut a = EnqueueArrays::with_capacity(jobs.len());
         for (i, mut job) in jobs.into_iter().enumerate() {
             if let Some(o) = &mut ordering {
@@ -247,6 +271,9 @@ impl Batch {
             }
             if let Some(g) = &mut groups {
                 g.push(job.group.take());
+            }
+            if let Some(r) = &mut rate {
+                r.push(job.rate_key.take());
             }
             if let Some(k) = &mut keys {
                 if k.earlier[i].is_some() {
@@ -269,6 +296,7 @@ impl Batch {
             keys,
             ordering,
             groups,
+            rate,
         }
     }
 }

@@ -44,7 +44,7 @@ impl PgBroker {
         let ttl = request.lease_ttl.as_millis() as i64;
         // The claim statement carries the reaper when it is due (see claim.sql).
         let reap = self.inner.reap_pace.due(now_hint);
-        let (mut jobs, mut next_due, reaped, mut unreadable, lines) = claim(
+        let (mut jobs, mut next_due, reaped, mut unreadable, lines, keyed) = claim(
             &self.inner.sql.claim,
             &self.inner.channel,
             &mut held,
@@ -69,7 +69,7 @@ impl PgBroker {
                         (n - jobs.iter().filter(|j| &j.queue == q).count() as i32).max(0)
                     })
                     .collect();
-                let (more, due, _, more_unreadable, _) = claim(
+                let (more, due, _, more_unreadable, _, _) = claim(
                     &self.inner.sql.claim,
                     &self.inner.channel,
                     &mut held,
@@ -85,6 +85,15 @@ impl PgBroker {
                 unreadable.extend(more_unreadable);
                 next_due = due;
             }
+        }
+        for (queue, asked) in keyed {
+            // Queues limited per key: claimed job by job against their keys' windows.
+            let (more, due, more_unreadable) = self
+                .claim_keyed(&mut held, &queue, asked, now, lease, ttl)
+                .await?;
+            jobs.extend(more);
+            unreadable.extend(more_unreadable);
+            next_due = earliest(next_due, due);
         }
         if !lines.is_empty() {
             // The reaper dead-lettered keyed jobs: their keys' next jobs may go.
@@ -131,14 +140,16 @@ struct Unreadable {
 }
 
 /// The result of one claim.sql: the jobs claimed, the next due time, whether the reaper
-/// returned jobs to pending, the claimed rows that cannot be read as jobs, and the queue
-/// and ordering key of each keyed job the reaper dead-lettered.
+/// returned jobs to pending, the claimed rows that cannot be read as jobs, the queue and
+/// ordering key of each keyed job the reaper dead-lettered, and the queues limited per key
+/// with their budgets, which it left to [`PgBroker::claim_keyed`].
 type Claimed = (
     Vec<Job>,
     Option<Millis>,
     bool,
     Vec<Unreadable>,
     Vec<(String, String)>,
+    Vec<(String, i32)>,
 );
 
 /// Runs claim.sql once: the jobs claimed under `lease`, the next due time when fewer than
@@ -178,10 +189,10 @@ async fn claim(
     };
     // Kind 0 is a claimed job, 1 the next due time, 2 how many jobs the reaper returned,
     // 3 a key whose job the reaper dead-lettered, 4 a rate limit stored wrong, 6 when a
-    // full rate window that cut a budget has room again.
+    // full rate window that cut a budget has room again, 7 a queue limited per key.
     let mut jobs = Vec::with_capacity(rows.len());
     let (mut next_due, mut reaped, mut unreadable) = (None, false, Vec::new());
-    let mut lines = Vec::new();
+    let (mut lines, mut keyed) = (Vec::new(), Vec::new());
     for row in &rows {
         let kind: i16 = row.try_get(9).map_err(db_err("decoding claimed jobs"))?;
         let extra: Option<i64> = row.try_get(10).map_err(db_err("decoding claimed jobs"))?;
@@ -206,13 +217,66 @@ async fn claim(
                 let why: String = row.try_get(11).map_err(db_err("decoding claimed jobs"))?;
                 broken_limit(&queue, &why);
             }
+            7 => keyed.push((
+                row.try_get(1).map_err(db_err("decoding claimed jobs"))?,
+                extra.unwrap_or(0).clamp(0, i64::from(i32::MAX)) as i32,
+            )),
             _ => lines.push((
                 row.try_get(1).map_err(db_err("decoding claimed jobs"))?,
                 row.try_get(11).map_err(db_err("decoding claimed jobs"))?,
             )),
         }
     }
-    Ok((jobs, next_due, reaped, unreadable, lines))
+    Ok((jobs, next_due, reaped, unreadable, lines, keyed))
+}
+
+impl PgBroker {
+    /// Claims up to `asked` jobs of `queue`, limited per key, with claim_keyed.sql: the jobs,
+    /// the earliest time it moved a job held back by its key's window to, and the claimed
+    /// rows that cannot be read as jobs.
+    async fn claim_keyed(
+        &self,
+        held: &mut Held<'_>,
+        queue: &str,
+        asked: i32,
+        now: Option<Millis>,
+        lease: LeaseId,
+        ttl_ms: i64,
+    ) -> Result<(Vec<Job>, Option<Millis>, Vec<Unreadable>)> {
+        let rows = sqlx::query(&self.inner.sql.claim_keyed)
+            .bind(queue)
+            .bind(asked)
+            .bind(now)
+            .bind(lease.0)
+            .bind(ttl_ms)
+            .fetch_all(held.conn())
+            .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) => {
+                held.check(&e);
+                return Err(Error::broker("claiming jobs limited per key", e));
+            }
+        };
+        let (mut jobs, mut next_due) = (Vec::with_capacity(rows.len()), None);
+        let mut unreadable = Vec::new();
+        for row in &rows {
+            let id: Option<i64> = row.try_get(0).map_err(db_err("decoding claimed jobs"))?;
+            if id.is_none() {
+                next_due = row.try_get(4).map_err(db_err("decoding claimed jobs"))?;
+                continue;
+            }
+            match job_from_row(row, lease) {
+                Ok(job) => jobs.push(job),
+                Err(e) => unreadable.push(Unreadable {
+                    id: id.unwrap_or_default(),
+                    queue: queue.to_owned(),
+                    reason: unreadable_row(e),
+                }),
+            }
+        }
+        Ok((jobs, next_due, unreadable))
+    }
 }
 
 /// The earlier of two due times, either of which may be missing.

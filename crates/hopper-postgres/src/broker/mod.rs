@@ -168,7 +168,7 @@ impl Broker for PgBroker {
             .with_admin(AdminCalls::RECORDS)
             .with_unique()
             .with_ordered()
-            .with_rate_limits()
+            .with_rate_limits_per_key()
             .with_groups()
     }
 
@@ -286,9 +286,6 @@ impl Broker for PgBroker {
 
     async fn set_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
         hopper_core::job::validate_queue_name(queue)?;
-        if limit.is_some_and(|l| l.per_key) {
-            return Err(self.not_supported("rate limits per key"));
-        }
         let what = match limit {
             Some(_) => "setting a rate limit",
             None => "lifting a rate limit",

@@ -40,6 +40,7 @@ impl PgBroker {
                     .bind(limit.max as i32)
                     .bind(per_ms)
                     .bind(&self.inner.channel)
+                    .bind(limit.per_key)
                     .execute(held.conn())
                     .await
                     .map_err(|e| held.fail("setting a rate limit", e))?;

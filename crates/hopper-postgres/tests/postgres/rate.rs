@@ -251,7 +251,10 @@ async fn a_schema_from_before_rate_limits_keeps_its_jobs_and_limits_them() {
     let applied = hopper_postgres::migrate_with(&url(), &options)
         .await
         .unwrap();
-    assert_eq!(applied, 3, "rate limits, groups, then unblocked heads");
+    assert_eq!(
+        applied, 4,
+        "rate limits, groups, unblocked heads, rate keys"
+    );
     let refused = sqlx::raw_sql(&format!(
         "INSERT INTO {name}.hopper_rate_limits (queue, max, per_ms) VALUES ('x', 0, 1)"
     ))

@@ -57,6 +57,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0011_rate_limits.sql"),
     include_str!("../../migrations/0012_groups.sql"),
     include_str!("../../migrations/0013_ordered_heads_unblocked.sql"),
+    include_str!("../../migrations/0014_rate_keys.sql"),
 ];
 
 /// A schema of its own migrated to `version` only, as the release that shipped that
