@@ -159,6 +159,7 @@ impl MemoryBroker {
                 } else {
                     st.errors.remove(&id);
                     st.holds.gone(id);
+                    st.rate_keys.remove(&id);
                 }
             }
             for name in touched {
