@@ -187,7 +187,10 @@ impl Window {
     /// room for the first `max` jobs deferred there, the period after that for the next
     /// `max`, and so on, so that a key's backlog is spread over the times it may start
     /// rather than read again by every claim. A job that still finds no room then (the
-    /// limit was lowered, or other starts came first) is deferred again.
+    /// limit was lowered, or the window's starts were spread over several claims) is
+    /// deferred again. Brokers start each claim's deferrals afresh
+    /// ([`set_booked`](Self::set_booked)`(None)`): a job deferred again goes to the next
+    /// room, not behind the jobs an earlier claim spread ahead of it.
     pub fn defer(&mut self, now: Millis) -> Millis {
         let earliest = self.next_room().unwrap_or(now).max(now);
         let per = self.limit.per_ms();

@@ -13,7 +13,8 @@ ALTER TABLE {schema}.hopper_rate_limits
 
 -- Each key's window as the queue's is kept (0011_rate_limits.sql: start times and counts,
 -- in slots of per/256), and the latest time a claim gave a job of the key held back by
--- the full window, with how many jobs it gave it to (hopper_core::rate::Window::defer).
+-- the full window, with how many jobs it gave it to (hopper_core::rate::Window::defer),
+-- which the sweep respects; each claim spreads the jobs it holds back afresh.
 CREATE TABLE {schema}.hopper_rate_keys (
     queue     text COLLATE "C" NOT NULL,
     key       text COLLATE "C" NOT NULL,
@@ -53,7 +54,8 @@ $$;
 -- every claim of the queue wait for the one before, in any process. Each candidate, in
 -- claim order, is claimed when its key's window has room and its start recorded there;
 -- otherwise it is moved to the time that window has room for it: the window's next room
--- for the first `max` moved there, a period later for the next `max`, and so on, so that
+-- for the first `max` this call moves there, a period later for the next `max`, and so
+-- on, so that
 -- no claim reads it again before it may start. At most 4,096 jobs are moved per call.
 -- Once a period, windows with no start within it and no time given ahead are dropped.
 CREATE FUNCTION {schema}.hopper_rate_claim_keyed(
@@ -75,6 +77,7 @@ DECLARE
     slot bigint;
     slot_n integer;
     next_at bigint;
+    touched text[] := '{}';
 BEGIN
     SELECT * INTO lim FROM {schema}.hopper_rate_limits AS r
     WHERE r.queue = p_queue AND r.per_key
@@ -103,6 +106,16 @@ BEGIN
         IF NOT FOUND THEN
             INSERT INTO {schema}.hopper_rate_keys (queue, key) VALUES (p_queue, j.key)
             RETURNING * INTO k;
+        END IF;
+        -- Each call spreads the jobs it holds back afresh: one held back again goes to the
+        -- next room, not behind those an earlier call spread ahead of it.
+        IF NOT j.key = ANY (touched) THEN
+            touched := touched || j.key;
+            IF k.booked_at IS NOT NULL THEN
+                UPDATE {schema}.hopper_rate_keys AS x SET booked_at = NULL, booked_n = 0
+                WHERE x.queue = p_queue AND x.key = j.key;
+                k.booked_at := NULL;
+            END IF;
         END IF;
         SELECT * INTO w FROM {schema}.hopper_rate_window(
             lim.max, lim.per_ms, k.start_at, k.start_n, now_ms, 0) AS x;

@@ -11,8 +11,9 @@ ALTER TABLE hopper_rate_limits ADD COLUMN per_key INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE hopper_rate_limits ADD COLUMN swept_at INTEGER NOT NULL DEFAULT 0;
 
 -- One window per key seen within a period: `starts` as `hopper_core::rate::Window`
--- writes it, the time of its latest start, and the latest time a claim gave a job of the
--- key held back by the full window (`Window::defer`) and how many it gave it to. A claim
+-- writes it, the time of its latest start, and the latest time the last claim gave a job
+-- of the key held back by the full window (`Window::defer`) and how many it gave it to:
+-- the sweep keeps a window while jobs are due at such a time. A claim
 -- reads and writes a key's row inside its write transaction, as it does the queue's.
 -- Rows with no start within the period and no time given ahead are dropped by the claims,
 -- at most once a period per queue.

@@ -1,1 +1,1 @@
-SELECT starts, booked_at, booked_n FROM hopper_rate_keys WHERE queue = ?1 AND key = ?2
+SELECT starts FROM hopper_rate_keys WHERE queue = ?1 AND key = ?2

@@ -135,15 +135,9 @@ fn read_window(
 ) -> rusqlite::Result<Key> {
     let row = conn
         .prepare_cached(sql::KEY_WINDOW)?
-        .query_row(params![queue, key], |row| {
-            Ok((
-                row.get::<_, Vec<u8>>(0)?,
-                row.get::<_, Option<i64>>(1)?,
-                row.get::<_, i64>(2)?,
-            ))
-        })
+        .query_row(params![queue, key], |row| row.get::<_, Vec<u8>>(0))
         .optional()?;
-    let Some((starts, booked_at, booked_n)) = row else {
+    let Some(starts) = row else {
         return Ok(Key {
             window: Window::new(limit),
             changed: false,
@@ -157,8 +151,8 @@ fn read_window(
             Window::new(limit)
         }
     };
-    let booked_n = u32::try_from(booked_n.clamp(0, i64::from(limit.max))).unwrap_or(0);
-    window.set_booked(booked_at.map(|t| (t, booked_n)));
+    // The row's `booked_at` is what the last claim gave the jobs it held back, for the
+    // sweep: each claim spreads the jobs it holds back afresh (see `Window::defer`).
     window.room(now);
     Ok(Key {
         window,

@@ -165,7 +165,7 @@ statements! {
     SET_RATE_KEY = "set_rate_key.sql";
     /// A job's rate key.
     JOB_RATE_KEY = "job_rate_key.sql";
-    /// A key's window: its starts and what it last gave held-back jobs.
+    /// A key's window: its starts.
     KEY_WINDOW = "key_window.sql";
     /// Writes a key's window.
     SAVE_KEY_WINDOW = "save_key_window.sql";

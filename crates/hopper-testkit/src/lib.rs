@@ -180,6 +180,7 @@ macro_rules! worker_suite {
             periodic_slots_enqueued_once,
             ordered_keys_run_in_order,
             rate_limit_holds_across_workers,
+            rate_limit_per_key_holds_across_workers,
             group_completes_once,
         );
     };

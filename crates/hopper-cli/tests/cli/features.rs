@@ -132,7 +132,8 @@ fn rate_limits_per_key_through_the_commands() {
 
     // One of each tenant runs; a's second is moved to its key's next room, an hour on.
     let log = dir.join("exports.log");
-    let script = format!("cat >> {}; echo >> {}", log.display(), log.display());
+    // One write per job, payload and newline together: the two run at once.
+    let script = format!("printf '%s\\n' \"$(cat)\" >> {}", log.display());
     let worker = start_work(url, "exports", &script);
     wait_for_stats(url, "exports", (0, 1, 0, 0));
     stop(worker);

@@ -54,6 +54,8 @@ pub(super) fn claim(
         keys.swept = now;
     }
     let (mut taken, mut deferred) = (0, 0);
+    // Each claim spreads the jobs it holds back afresh (see `Window::defer`).
+    let mut touched: std::collections::HashSet<String> = std::collections::HashSet::new();
     while taken < want && deferred < DEFER_PER_CLAIM {
         let Some(mut job) = q.pop(emptied) else {
             break;
@@ -68,6 +70,10 @@ pub(super) fn claim(
         };
         if window.limit() != limit {
             window.set_limit(limit);
+        }
+        if !touched.contains(key) {
+            touched.insert(key.to_owned());
+            window.set_booked(None);
         }
         if window.room(now) > 0 {
             window.started(1, now);

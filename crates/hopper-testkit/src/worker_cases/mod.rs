@@ -33,7 +33,7 @@ pub use control::{cancel_before_start, pause_and_resume, worker_listed_while_run
 pub use groups::group_completes_once;
 pub use ordering::ordered_keys_run_in_order;
 pub use periodic::periodic_slots_enqueued_once;
-pub use rate::rate_limit_holds_across_workers;
+pub use rate::{rate_limit_holds_across_workers, rate_limit_per_key_holds_across_workers};
 pub use run::{
     dead_letter_after_max_attempts, enqueue_run_ack, retry_backoff_then_success,
     snoozed_job_is_not_charged,
