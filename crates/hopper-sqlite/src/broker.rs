@@ -376,6 +376,7 @@ impl Broker for SqliteBroker {
     /// A resume wakes this process's idle workers at once; another's find the queue at
     /// their next poll, or sooner through their watch on the file.
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool> {
+        validate_queue_name(queue)?;
         let now = self.now();
         let queue = queue.to_owned();
         let changed = self

@@ -289,6 +289,11 @@ pub async fn pause_and_resume(broker: Arc<dyn Broker>) {
     if skip_if_pushed(&broker, "pause_and_resume") {
         return;
     }
+    let bad = broker.set_paused("bad queue!", true).await;
+    assert!(
+        matches!(&bad, Err(e) if e.is_config() && e.to_string().contains("bad queue!")),
+        "a bad queue name is refused by name: {bad:?}"
+    );
     let first = enqueue_n(&broker, "q", 3).await;
     enqueue_n(&broker, "other", 2).await;
     assert!(
