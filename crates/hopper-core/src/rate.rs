@@ -71,7 +71,8 @@ impl RateLimit {
         self
     }
 
-    fn per_ms(&self) -> Millis {
+    /// The window in milliseconds.
+    pub fn per_ms(&self) -> Millis {
         self.per.as_millis() as Millis
     }
 }

@@ -42,7 +42,7 @@ impl KeyGate {
     /// The gate of a queue limited per key by `limit`, whose windows were last swept at
     /// `swept_at`.
     pub(crate) fn new(limit: RateLimit, swept_at: Millis, now: Millis) -> Self {
-        let per = i64::try_from(limit.per.as_millis()).unwrap_or(i64::MAX);
+        let per = limit.per_ms();
         KeyGate {
             limit,
             keys: HashMap::new(),
@@ -111,7 +111,7 @@ impl KeyGate {
             ])?;
         }
         if self.sweep {
-            let per = i64::try_from(self.limit.per.as_millis()).unwrap_or(i64::MAX);
+            let per = self.limit.per_ms();
             conn.prepare_cached(sql::SWEEP_RATE_KEYS)?.execute(params![
                 queue,
                 now.saturating_sub(per),

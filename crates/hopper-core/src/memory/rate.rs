@@ -48,7 +48,7 @@ pub(super) fn claim(
     emptied: &mut Vec<VecDeque<Job>>,
     mut take: impl FnMut(Job),
 ) -> usize {
-    let per = limit.per.as_millis() as Millis;
+    let per = limit.per_ms();
     if now.saturating_sub(keys.swept) >= per {
         keys.windows.retain(|_, w| !w.idle(now));
         keys.swept = now;

@@ -4,7 +4,7 @@
 
 use hopper_core::job::{to_millis, unreadable_row};
 use hopper_core::{
-    Error, FetchRequest, Fetched, Job, JobId, LeaseId, Millis, Outcome, Result, Settlement,
+    FetchRequest, Fetched, Job, JobId, LeaseId, Millis, Outcome, Result, Settlement,
 };
 use sqlx::Row;
 
@@ -179,14 +179,8 @@ async fn claim(
         .bind(hopper_core::admin::ERROR_HISTORY as i32)
         .bind(channel)
         .fetch_all(held.conn())
-        .await;
-    let rows = match rows {
-        Ok(rows) => rows,
-        Err(e) => {
-            held.check(&e);
-            return Err(Error::broker("claiming jobs", e));
-        }
-    };
+        .await
+        .map_err(|e| held.fail("claiming jobs", e))?;
     // Kind 0 is a claimed job, 1 the next due time, 2 how many jobs the reaper returned,
     // 3 a key whose job the reaper dead-lettered, 4 a rate limit stored wrong, 6 when a
     // full rate window that cut a budget has room again, 7 a queue limited per key.
@@ -250,14 +244,8 @@ impl PgBroker {
             .bind(lease.0)
             .bind(ttl_ms)
             .fetch_all(held.conn())
-            .await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(e) => {
-                held.check(&e);
-                return Err(Error::broker("claiming jobs limited per key", e));
-            }
-        };
+            .await
+            .map_err(|e| held.fail("claiming jobs limited per key", e))?;
         let (mut jobs, mut next_due) = (Vec::with_capacity(rows.len()), None);
         let mut unreadable = Vec::new();
         for row in &rows {

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hopper_core::{Error, LeaseId, Result};
+use hopper_core::{LeaseId, Result};
 
 use super::PgBroker;
 
@@ -22,19 +22,13 @@ impl PgBroker {
         // and fencing already handles a lease that ran out (docs/design.md, "Leases and
         // fencing"), so it need not wait for the WAL flush either.
         let mut held = self.inner.claims.get().await?;
-        let renewed: Vec<i64> = match sqlx::query_scalar(&self.inner.sql.renew)
+        let renewed: Vec<i64> = sqlx::query_scalar(&self.inner.sql.renew)
             .bind(&ids)
             .bind(ttl.as_millis() as i64)
             .bind(self.now())
             .fetch_all(held.conn())
             .await
-        {
-            Ok(v) => v,
-            Err(e) => {
-                held.check(&e);
-                return Err(Error::broker("renewing leases", e));
-            }
-        };
+            .map_err(|e| held.fail("renewing leases", e))?;
         let renewed: HashSet<i64> = renewed.into_iter().collect();
         Ok(leases
             .iter()

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use hopper_core::admin::{ERROR_HISTORY, MAX_ERROR_BYTES, bounded_error};
-use hopper_core::{Error, JobId, Outcome, Result, SettleReport, Settlement};
+use hopper_core::{JobId, Outcome, Result, SettleReport, Settlement};
 
 use super::PgBroker;
 
@@ -44,7 +44,7 @@ impl PgBroker {
             &self.inner.claims
         };
         let mut held = pool.get().await?;
-        let rows: Vec<Option<i64>> = match sqlx::query_scalar(&self.inner.sql.settle)
+        let rows: Vec<Option<i64>> = sqlx::query_scalar(&self.inner.sql.settle)
             .bind(&ids)
             .bind(&leases)
             .bind(&kinds)
@@ -58,13 +58,7 @@ impl PgBroker {
             .bind(&self.inner.channel)
             .fetch_all(held.conn())
             .await
-        {
-            Ok(v) => v,
-            Err(e) => {
-                held.check(&e);
-                return Err(Error::broker("settling jobs", e));
-            }
-        };
+            .map_err(|e| held.fail("settling jobs", e))?;
         let mut applied = Vec::with_capacity(rows.len());
         for id in rows {
             match id {
