@@ -16,11 +16,12 @@
 -- pause (and, like it, neither locked nor skipped): a claim that took jobs of a limited
 -- queue without holding its limit's row takes none of them and claims again under the
 -- row's lock (see `queries::rate`). The queue comes first among the parameters, since the
--- column does.
+-- column does. `rate_key` is what a queue limited per key counts the job under
+-- (`queries::rate_keys`).
 (SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
         ordering_key,
         CAST(EXISTS (SELECT 1 FROM hopper_rate_limits WHERE queue = ?) AS SIGNED) AS limited,
-        group_name
+        group_name, rate_key
  FROM hopper_jobs FORCE INDEX (hopper_jobs_ready)
  WHERE state = 0 AND queue = ? AND run_at <= COALESCE(?, {now})
    AND NOT EXISTS (SELECT 1 FROM hopper_paused WHERE queue = ?)

@@ -6,7 +6,7 @@
 (SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
         ordering_key,
         CAST(EXISTS (SELECT 1 FROM hopper_rate_limits WHERE queue = ?) AS SIGNED) AS limited,
-        group_name
+        group_name, rate_key
  FROM hopper_jobs FORCE INDEX (hopper_jobs_ready)
  WHERE state = 0 AND queue = ? AND priority IN ({levels}) AND run_at <= COALESCE(?, {now})
    AND NOT EXISTS (SELECT 1 FROM hopper_paused WHERE queue = ?)

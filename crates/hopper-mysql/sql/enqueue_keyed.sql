@@ -3,8 +3,9 @@
 -- of `enqueue_keyed_row.sql`. The unique key stays in the row for the job's record, whether
 -- or not the job keeps the hold; holds themselves are `hopper_unique`'s. Enqueues without
 -- keys keep to `enqueue.sql`, which leaves both columns NULL. A member of a group has its
--- group in `group_name`, NULL for every other job.
+-- group in `group_name`, NULL for every other job; a job with a rate key has it in
+-- `rate_key`.
 INSERT INTO hopper_jobs
     (queue, state, priority, run_at, attempt, max_attempts, payload, headers, created_at,
-     unique_key, ordering_key, group_name)
+     unique_key, ordering_key, group_name, rate_key)
 VALUES {rows}

@@ -34,6 +34,9 @@
 //! on it. Queues without a limit pay one primary-key probe inside the claim statement,
 //! which also tells a broker that a queue was limited by another process (see
 //! `queries::rate`); a queue whose window is full is due again when the window has room.
+//! A limit per key keeps a window per rate key of the queue's jobs instead: under the same
+//! lock, the claim takes the jobs whose keys have room and moves the others to when their
+//! keys will (see `queries::rate_keys`).
 //!
 //! Jobs may be members of a group, which is sealed with a completion job: once the group is
 //! sealed and every member has settled (completed, died, cancelled or purged), the

@@ -26,6 +26,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0008_ordering_keys.sql"),
     include_str!("../migrations/0009_rate_limits.sql"),
     include_str!("../migrations/0010_groups.sql"),
+    include_str!("../migrations/0011_rate_keys.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.

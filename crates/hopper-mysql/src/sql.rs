@@ -262,6 +262,28 @@ statements! {
     RATE_SET = "rate_set.sql";
     /// Lifts it.
     RATE_LIFT = "rate_lift.sql";
+    /// Marks a queue's limit as one per key.
+    RATE_PER_KEY_SET = "rate_per_key_set.sql";
+    /// Marks it as one for the whole queue, or lifted.
+    RATE_PER_KEY_LIFT = "rate_per_key_lift.sql";
+    /// Forgets a queue's key windows.
+    RATE_KEYS_DROP = "rate_keys_drop.sql";
+    /// Reads the windows of some keys of a queue: `{ids}` of keys.
+    RATE_KEYS_READ = "rate_keys_read.sql";
+    /// Writes key windows back: `{rows}` of `RATE_KEYS_ROW`.
+    RATE_KEYS_SAVE = "rate_keys_save.sql";
+    /// One key's window.
+    RATE_KEYS_ROW = "rate_keys_row.sql";
+    /// Drops idle windows of a queue: `{ids}` of keys.
+    RATE_KEYS_FORGET = "rate_keys_forget.sql";
+    /// Drops a queue's idle windows, once a period.
+    RATE_KEYS_SWEEP = "rate_keys_sweep.sql";
+    /// Notes that sweep.
+    RATE_KEYS_SWEPT = "rate_keys_swept.sql";
+    /// Moves held-back jobs to when their keys have room: `{rows}` of `RATE_DEFER_ROW`.
+    RATE_DEFER = "rate_defer.sql";
+    /// One job moved and its new time.
+    RATE_DEFER_ROW = "rate_defer_row.sql";
     /// The newest job id: what the wake poller watches.
     MAX_ID = "max_id.sql";
     /// Lists a worker, or replaces its last report with this one.
@@ -342,6 +364,16 @@ pub(crate) fn unique_rows(template: &str, n: usize) -> String {
     repeat(template, "{rows}", &UNIQUE_ROW, n, ", ")
 }
 
+/// The write of `n` key windows.
+pub(crate) fn rate_keys_save(n: usize) -> String {
+    repeat(&RATE_KEYS_SAVE, "{rows}", &RATE_KEYS_ROW, n, ", ")
+}
+
+/// The move of `n` held-back jobs.
+pub(crate) fn rate_defer(n: usize) -> String {
+    repeat(&RATE_DEFER, "{rows}", &RATE_DEFER_ROW, n, " UNION ALL ")
+}
+
 /// The addition of `n` queues' counts to their buckets.
 pub(crate) fn throughput_add(n: usize) -> String {
     repeat(&THROUGHPUT_ADD, "{rows}", &THROUGHPUT_ROW, n, ", ")
@@ -402,8 +434,9 @@ pub(crate) fn probe(n: usize) -> String {
 mod tests {
     use super::{
         COUNTS, COUNTS_BOUNDED, LIST_FINISHED, LIST_LEASED, UNIQUE_MOVE, UNIQUE_TAKE, all,
-        claim_one, enqueue, enqueue_keyed, keyset, list_level, padded, probe, settle_update,
-        throughput_add, unique_rows, with_ids, with_pairs, with_triples,
+        claim_one, enqueue, enqueue_keyed, keyset, list_level, padded, probe, rate_defer,
+        rate_keys_save, settle_update, throughput_add, unique_rows, with_ids, with_pairs,
+        with_triples,
     };
 
     #[test]
@@ -434,9 +467,9 @@ mod tests {
         assert_eq!(sql.as_str(), "(a, b) IN ((?, ?), (?, ?))");
         assert_eq!(enqueue(3).as_str().matches('?').count(), 24);
         let keyed = enqueue_keyed(3);
-        assert_eq!(keyed.matches('?').count(), 36, "{keyed}");
+        assert_eq!(keyed.matches('?').count(), 39, "{keyed}");
         assert!(
-            keyed.contains("created_at,\n     unique_key, ordering_key, group_name)"),
+            keyed.contains("created_at,\n     unique_key, ordering_key, group_name, rate_key)"),
             "{keyed}"
         );
         assert!(
@@ -460,6 +493,10 @@ mod tests {
         // The queue (is it limited?), the queue, the clock, the queue again (is it
         // paused?), the limit.
         assert_eq!(claim_one(None).matches('?').count(), 5);
+        assert_eq!(rate_keys_save(3).matches('?').count(), 15);
+        let defer = rate_defer(2);
+        assert_eq!(defer.matches("UNION ALL").count(), 1, "{defer}");
+        assert_eq!(defer.matches('?').count(), 4, "{defer}");
         // One queue's read (the queue twice), then the reaper's flag and the clock twice.
         assert_eq!(probe(1).matches('?').count(), 5);
         assert!(

@@ -5,7 +5,8 @@
 //! worker reports on the database clock, unique keys and the pruning of their holds,
 //! ordering keys (racing brokers, the pruning of key rows, their statements and plans),
 //! rate limits (brokers of two processes sharing a window, windows written wrong, the
-//! migration that adds them), and workers on the real server (a crash mid-batch, two
+//! migration that adds them), rate limits per key (racing brokers, deep backlogs, the
+//! bound on moves, windows forgotten, the migration), and workers on the real server (a crash mid-batch, two
 //! runtimes sharing a queue, a queue paused by another process).
 
 mod mysql {
@@ -25,6 +26,7 @@ mod mysql {
     mod ranges;
     mod rate;
     mod rate_cost;
+    mod rate_keys;
     mod registry;
     mod settling;
     mod stats_scale;

@@ -176,6 +176,45 @@ pub async fn claim_concurrently(
     all
 }
 
+/// Job `name` of queue `q`, with the rate key `key` unless it is empty.
+pub fn rate_keyed(name: &str, key: &str) -> NewJob {
+    let job = NewJob::new("q", name.as_bytes().to_vec());
+    if key.is_empty() {
+        job
+    } else {
+        job.rate_key(key)
+    }
+}
+
+/// The race every broker that keeps rate limits per key runs across processes: with `q`
+/// limited to 5 per key for longer than the race, 140 jobs go in through the first of
+/// `brokers` (40 of each of the keys `a`, `b` and `c`, 20 without, interleaved), then 8
+/// claimers in batches of 7 spread over `brokers` take what they can. Panics unless they
+/// took exactly 5 of each key and 5 without, and the other 120 were moved to their keys'
+/// next room.
+pub async fn race_on_rate_keys(brokers: &[Arc<dyn Broker>]) {
+    let key_of = |i: usize| match i % 7 {
+        0 | 1 => "",
+        n => ["a", "b", "c"][n % 3],
+    };
+    let jobs = (0..140).map(|i| rate_keyed(&i.to_string(), key_of(i)));
+    let ids = brokers[0].enqueue(jobs.collect()).await.unwrap();
+    let seen = claim_concurrently(brokers, "q", 8, 7).await;
+    let mut per: std::collections::BTreeMap<&str, usize> = Default::default();
+    for id in &seen {
+        let at = ids.iter().position(|i| i == id).unwrap();
+        *per.entry(key_of(at)).or_default() += 1;
+    }
+    let per: Vec<(&str, usize)> = per.into_iter().collect();
+    assert_eq!(per, [("", 5), ("a", 5), ("b", 5), ("c", 5)]);
+    let counts = brokers[0].counts("q").await.unwrap();
+    assert_eq!(
+        (counts.pending, counts.scheduled),
+        (0, 120),
+        "every job held back was moved to its key's next room"
+    );
+}
+
 /// Panics unless `seen` holds each of `expected` exactly once and nothing else.
 pub fn assert_each_once(seen: &[JobId], expected: &[JobId]) {
     let mut times: HashMap<JobId, usize> = HashMap::with_capacity(expected.len());

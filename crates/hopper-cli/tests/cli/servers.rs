@@ -85,7 +85,7 @@ fn migrate_then_load_on_mariadb() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 10 migrations"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 11 migrations"));
     let r = load_json(&[
         "load",
         "--broker",

@@ -141,7 +141,16 @@ impl MySqlBroker {
                         });
                     }
                     let claim = queries::claim(
-                        conn, &asked, &levels, lease, ttl, now, union, &windows, give_up, step,
+                        conn,
+                        &asked,
+                        &levels,
+                        lease,
+                        ttl,
+                        now,
+                        union,
+                        &mut windows,
+                        give_up,
+                        step,
                     );
                     let (jobs, lease) = match claim.await? {
                         Claim::Taken(jobs, lease) => (jobs, lease),
@@ -155,11 +164,15 @@ impl MySqlBroker {
                         windows.started(queue, got);
                         if got < room {
                             short.push(queue);
+                            if windows.capped(queue) {
+                                // Due jobs are likely left behind those it moved.
+                                window_due = earliest(window_due, now);
+                            }
                         } else if room < budget {
                             window_due = earliest(window_due, windows.next_room(queue));
                         }
                     }
-                    queries::write_windows(conn, &windows).await?;
+                    queries::write_windows(conn, &mut windows).await?;
                     let next_due = queries::next_due(conn, &short, now).await?;
                     Ok(Round::Claimed {
                         jobs,
@@ -233,8 +246,8 @@ impl MySqlBroker {
             Some(_) => "setting a rate limit",
             None => "lifting a rate limit",
         };
-        // Setting the same limit, or lifting a lifted one, twice is setting it once.
-        run!(&self.inner.conns, what, Repeat::Safe, |conn| {
+        // The limit's row and whether it holds per key change together.
+        transaction!(&self.inner.conns, what, |conn| {
             queries::set_limit(conn, queue, limit)
         })?;
         {

@@ -220,7 +220,7 @@ impl MySqlBroker {
         self.inner.reap_pace.due(now)
     }
 
-    /// Stores a batch in which some job has a unique or an ordering key or a group, in one
+    /// Stores a batch in which some job has a unique, ordering or rate key or a group, in one
     /// transaction: the groups' rows locked first, the batch refused whole when one is
     /// sealed (`queries::enter_groups`), then `queries::enqueue_keyed`, then the members
     /// counted.
@@ -273,6 +273,7 @@ impl Broker for MySqlBroker {
             .with_unique()
             .with_ordered()
             .with_rate_limits()
+            .with_rate_limits_per_key()
             .with_groups()
     }
 
@@ -285,14 +286,16 @@ impl Broker for MySqlBroker {
             return Ok(Vec::new());
         }
         let now = self.now();
-        if jobs
-            .iter()
-            .any(|job| job.unique.is_some() || job.ordering_key.is_some() || job.group.is_some())
-        {
+        if jobs.iter().any(|job| {
+            job.unique.is_some()
+                || job.ordering_key.is_some()
+                || job.group.is_some()
+                || job.rate_key.is_some()
+        }) {
             return self.enqueue_keyed(&jobs, now).await;
         }
         // No keys, no groups: nothing of `hopper_unique`, `hopper_ordering` or
-        // `hopper_groups` is read or written.
+        // `hopper_groups` is read or written, and no key column bound.
         let rows = queries::new_rows(jobs.iter(), now);
         let chunks = queries::chunks(&rows);
         let step = self.inner.id_step;
@@ -500,9 +503,6 @@ impl Broker for MySqlBroker {
         queue: &str,
         limit: Option<hopper_core::RateLimit>,
     ) -> Result<()> {
-        if limit.is_some_and(|l| l.per_key) {
-            return Err(self.not_supported("rate limits per key"));
-        }
         self.set_limit(queue, limit).await
     }
 

@@ -353,15 +353,20 @@ async fn queue_state(
         .bind(now)
         .bind(queue)
         .bind(queue)
+        .bind(queue)
         .fetch_one(conn)
         .await?;
     let limit = (row.try_get(3)?, row.try_get(4)?);
+    let per_key = row.try_get::<i64, _>(5)? != 0;
     Ok(QueueState {
         paused: row.try_get::<i64, _>(0)? != 0,
         oldest_due: row.try_get(1)?,
         now: row.try_get(2)?,
         rate_limit: match limit {
-            (Some(max), Some(per_ms)) => Some(stored_limit(queue, max, per_ms)),
+            (Some(max), Some(per_ms)) => {
+                let limit = stored_limit(queue, max, per_ms);
+                Some(if per_key { limit.per_key() } else { limit })
+            }
             _ => None,
         },
     })

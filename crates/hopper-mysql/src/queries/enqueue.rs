@@ -1,6 +1,7 @@
 //! Enqueueing: jobs encoded once, split into inserts of at most [`ENQUEUE_ROWS`] jobs and
 //! [`ENQUEUE_BYTES`], each one multi-row `INSERT`. A batch in which some job has a unique
-//! or an ordering key goes through `ordering::enqueue_keyed`, in one transaction.
+//! or an ordering key, a group or a rate key goes through `ordering::enqueue_keyed`, in one
+//! transaction.
 
 use hopper_core::job::BLOCKED;
 use hopper_core::{JobId, Millis, NewJob};
@@ -81,8 +82,8 @@ pub(crate) async fn insert(
     insert_rows(conn, rows, now, id_step, false).await
 }
 
-/// [`insert`], writing each job's unique key, ordering key and group (NULL for a job without
-/// one) into its row in the same statement, so that its record shows the unique key whether or
+/// [`insert`], writing each job's unique key, ordering key, group and rate key (NULL for a
+/// job without one) into its row in the same statement, so that its record shows the unique key whether or
 /// not the job keeps it, and its `run_at` moved by [`BLOCKED`] when it is `blocked`. Only
 /// enqueues in which some job has a key come here: the plain insert binds no key.
 pub(crate) async fn insert_keyed(
@@ -129,7 +130,8 @@ async fn insert_rows(
             query = query
                 .bind(row.job.unique.as_ref().map(|u| u.key.as_str()))
                 .bind(row.job.ordering_key.as_deref().map(str::as_bytes))
-                .bind(row.job.group.as_deref().map(str::as_bytes));
+                .bind(row.job.group.as_deref().map(str::as_bytes))
+                .bind(row.job.rate_key.as_deref().map(str::as_bytes));
         }
     }
     let done = query.execute(&mut *conn).await?;

@@ -3,16 +3,18 @@
 //! whether a claim would find anything.
 
 use std::cmp::Reverse;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use hopper_core::job::unreadable_row;
-use hopper_core::{Job, LeaseId, Millis};
+use hopper_core::{Job, JobId, LeaseId, Millis};
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
 use super::groups::{self, Ended, Member};
 use super::ordering::{self, Line};
 use super::rate::Windows;
+use super::rate_keys::{DEFER_PER_CLAIM, KeyGate};
 use super::rows::job_from_row;
 use crate::conn::server_error_number;
 use crate::sql::{self, MAX_LIST, fixed, padded};
@@ -89,7 +91,8 @@ pub(crate) enum Claim {
 ///
 /// `held` holds the limit rows the claim locked. Candidates of a limited queue
 /// whose row it does not hold make it take nothing ([`Claim::Limited`]), or, with
-/// `give_up`, take everything but them.
+/// `give_up`, take everything but them. Those of a queue it holds limited per key go
+/// through the queue's key windows ([`claim_keyed`]).
 ///
 /// All budgets go in one statement, a UNION ALL of one locking select per budget, unless
 /// the server refused that form once (`union` turns false), after which each budget is a
@@ -107,7 +110,7 @@ pub(crate) async fn claim(
     ttl_ms: Millis,
     now: Option<Millis>,
     union: &AtomicBool,
-    held: &Windows,
+    held: &mut Windows,
     give_up: bool,
     id_step: i64,
 ) -> Result<Claim, sqlx::Error> {
@@ -137,8 +140,9 @@ pub(crate) async fn claim(
     }
     let Claimed {
         mut jobs,
-        ordered,
+        mut ordered,
         mut limited,
+        mut rate_keys,
     } = match jobs {
         Some(jobs) => jobs,
         None => {
@@ -148,6 +152,7 @@ pub(crate) async fn claim(
                 all.jobs.extend(one.jobs);
                 all.ordered |= one.ordered;
                 all.limited.extend(one.limited);
+                all.rate_keys.extend(one.rate_keys);
             }
             all
         }
@@ -160,6 +165,22 @@ pub(crate) async fn claim(
             return Ok(Claim::Limited(limited));
         }
         jobs.retain(|j| !limited.contains(&j.queue));
+    }
+    for &(queue, limit, levels) in budgets {
+        let Some(gate) = held.keys(queue) else {
+            continue;
+        };
+        let (read, rest): (Vec<Job>, _) = jobs.into_iter().partition(|j| j.queue == queue);
+        jobs = rest;
+        let keys = read
+            .iter()
+            .filter_map(|j| Some((j.id, rate_keys.remove(&j.id)?)));
+        let keys = keys.collect();
+        let now = now.expect("a claim that holds a limit goes by the time read with it");
+        let budget = (queue, limit, levels);
+        let (taken, keyed) = claim_keyed(conn, gate, read, keys, budget, now, id_step).await?;
+        ordered |= keyed;
+        jobs.extend(taken);
     }
     let lease = ordering::lease_for(base, ordered);
     for job in &mut jobs {
@@ -183,6 +204,53 @@ pub(crate) async fn claim(
     Ok(Claim::Taken(jobs, lease))
 }
 
+/// Takes what `gate` lets through of the candidates `read` of one budget (queue, limit,
+/// levels), locked by the claim, in its order, their rate keys in `keys`; and of further
+/// reads of the queue, each twice as far as the last, until the budget is filled, the
+/// queue has no more due jobs, or [`DEFER_PER_CLAIM`] jobs were moved (see
+/// [`super::rate_keys`]). Returns the jobs taken, and whether a job read has an ordering
+/// key or a group.
+async fn claim_keyed(
+    conn: &mut MySqlConnection,
+    gate: &mut KeyGate,
+    mut read: Vec<Job>,
+    mut keys: HashMap<JobId, Vec<u8>>,
+    (queue, want, levels): (&str, usize, Option<&[i32]>),
+    now: Millis,
+    id_step: i64,
+) -> Result<(Vec<Job>, bool), sqlx::Error> {
+    let (mut taken, mut ordered) = (Vec::new(), false);
+    let mut seen: HashSet<JobId> = HashSet::new();
+    let (mut asked, mut span) = (want, want);
+    loop {
+        let full = read.len() >= asked;
+        let key_of = |id: &JobId| keys.get(id).map_or(&[][..], Vec::as_slice);
+        gate.load(conn, read.iter().map(|j| key_of(&j.id))).await?;
+        let moved_before = gate.deferred;
+        for job in read {
+            if taken.len() >= want || gate.capped() {
+                break;
+            }
+            if !seen.contains(&job.id) && gate.admit(job.id, key_of(&job.id), now) {
+                seen.insert(job.id);
+                taken.push(job);
+            }
+        }
+        gate.flush(conn).await?;
+        let moved = gate.deferred > moved_before;
+        if taken.len() >= want || !full || !moved || gate.capped() {
+            return Ok((taken, ordered));
+        }
+        // The jobs moved are no longer due: read on past them, further each time, as a
+        // backlog of one key may fill many reads.
+        span = span.saturating_mul(2).min(DEFER_PER_CLAIM);
+        asked = taken.len() + span;
+        let again = candidates(conn, &[(queue, asked, levels)], Some(now), id_step).await?;
+        ordered |= again.ordered;
+        (read, keys) = (again.jobs, again.rate_keys);
+    }
+}
+
 /// Whether `e` is the server refusing the UNION ALL form of a claim (a syntax error, or
 /// "incorrect usage of UNION and FOR UPDATE").
 fn refuses_union(e: &sqlx::Error) -> bool {
@@ -191,12 +259,14 @@ fn refuses_union(e: &sqlx::Error) -> bool {
 
 /// Candidates of a claim, as they will be once claimed (their lease still to set), whether
 /// one has an ordering key or is a member of a group (`ordered`: settlements of either
-/// take the locking path), and the queues among theirs that have a rate limit.
+/// take the locking path), the queues among theirs that have a rate limit, and the rate
+/// keys of those that have one.
 #[derive(Default)]
 struct Claimed {
     jobs: Vec<Job>,
     ordered: bool,
     limited: Vec<String>,
+    rate_keys: HashMap<JobId, Vec<u8>>,
 }
 
 /// Locks and reads the candidates of `budgets` (queue, limit, levels).
@@ -244,6 +314,9 @@ async fn candidates(
         match job_from_row(row, LeaseId(0)) {
             Ok(mut job) => {
                 job.attempt += 1;
+                if let Some(key) = row.try_get::<Option<Vec<u8>>, _>(12)? {
+                    claimed.rate_keys.insert(job.id, key);
+                }
                 claimed.jobs.push(job);
                 claimed.ordered |= key.is_some() || group.is_some();
             }

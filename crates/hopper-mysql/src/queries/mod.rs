@@ -17,6 +17,8 @@
 //! - `unique`: the enqueue of jobs with unique keys, and the pruning of lapsed holds;
 //! - `rate`: rate limits: the claim's lock on limited queues' windows, their room, and
 //!   the windows written back; setting and lifting limits;
+//! - `rate_keys`: rate limits per key: the windows of a queue's keys, and the claim that
+//!   takes the jobs whose keys have room and moves the others;
 //! - `ordering`: ordering keys, and the enqueue of batches with keys of either kind in one
 //!   transaction: jobs stored blocked behind their key, the next job let run
 //!   when one ends, re-drives and cancels under the key's lock, the pruning of key rows,
@@ -32,6 +34,7 @@ mod groups;
 mod inspect;
 mod ordering;
 mod rate;
+mod rate_keys;
 mod registry;
 mod renew;
 mod rows;

@@ -30,6 +30,10 @@
 //! future, a limit out of range) must not stop the claim of its queue, nor of the queues
 //! claimed with it: the claim logs it, naming the queue, counts from an empty window (under
 //! the limit brought into range), and writes both back, so it is logged once.
+//!
+//! A queue limited per key ([`RateLimit::per_key`]) also has a row of
+//! `hopper_rate_per_key`, which the lock reads and locks with the limit's: its claim takes
+//! no room from the queue's window but asks each job's key ([`KeyGate`]).
 
 use hopper_core::Millis;
 use hopper_core::job::MAX_DELAY;
@@ -38,6 +42,7 @@ use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
 use super::millis;
+use super::rate_keys::KeyGate;
 use crate::sql::{self, fixed, padded};
 
 /// How far past the claim's clock a stored start may lie: more was not written by a claim,
@@ -66,6 +71,8 @@ struct Held {
     stored: (Vec<u8>, i64, i64),
     /// The room at the claim's time.
     room: usize,
+    /// The windows of its keys, for a limit per key.
+    keys: Option<KeyGate>,
 }
 
 impl Windows {
@@ -86,9 +93,24 @@ impl Windows {
         self.get(queue).is_some()
     }
 
-    /// How many of `queue`'s jobs may start now; `None` for a queue without a limit.
+    /// How many of `queue`'s jobs may start now; `None` for a queue without a limit, or
+    /// limited per key (its keys decide job by job).
     pub(crate) fn room(&self, queue: &str) -> Option<usize> {
-        self.get(queue).map(|h| h.room)
+        self.get(queue).filter(|h| h.keys.is_none()).map(|h| h.room)
+    }
+
+    /// The key windows of `queue`, when the claim holds it limited per key.
+    pub(crate) fn keys(&mut self, queue: &str) -> Option<&mut KeyGate> {
+        let held = self.held.iter_mut().find(|h| h.queue == queue)?;
+        held.keys.as_mut()
+    }
+
+    /// Whether the claim of `queue`, limited per key, stopped at its bound on the jobs it
+    /// moves, with due jobs likely left.
+    pub(crate) fn capped(&self, queue: &str) -> bool {
+        self.get(queue)
+            .and_then(|h| h.keys.as_ref())
+            .is_some_and(KeyGate::capped)
     }
 
     /// Records `n` starts of `queue` at the claim's time (or at the latest start recorded,
@@ -98,7 +120,7 @@ impl Windows {
         let Some(held) = self.held.iter_mut().find(|h| h.queue == queue) else {
             return;
         };
-        if n == 0 {
+        if n == 0 || held.keys.is_some() {
             return;
         }
         let at = held.latest.map_or(now, |latest| latest.max(now));
@@ -150,7 +172,9 @@ fn held_from_row(row: &MySqlRow, now: Millis) -> Result<Held, sqlx::Error> {
     let queue: String = row.try_get_unchecked(0)?;
     let (max, per_ms): (i64, i64) = (row.try_get(1)?, row.try_get(2)?);
     let starts: Vec<u8> = row.try_get(3)?;
+    let swept_at: Option<Millis> = row.try_get(5)?;
     let limit = stored_limit(&queue, max, per_ms);
+    let keys = swept_at.map(|at| KeyGate::new(&queue, limit.per_key(), at, now));
     let read = Window::from_bytes(limit, &starts).and_then(|w| {
         let latest = latest_start(&starts);
         match latest {
@@ -177,6 +201,7 @@ fn held_from_row(row: &MySqlRow, now: Millis) -> Result<Held, sqlx::Error> {
         latest,
         stored: (starts, max, per_ms),
         room,
+        keys,
     })
 }
 
@@ -206,12 +231,17 @@ pub(crate) fn stored_limit(queue: &str, max: i64, per_ms: i64) -> RateLimit {
     RateLimit::new(max, per).expect("a limit brought into range")
 }
 
-/// Writes back every window the claim changed (its starts, or what it could not read).
+/// Writes back every window the claim changed (its starts, or what it could not read), and
+/// the key windows of queues limited per key.
 pub(crate) async fn write(
     conn: &mut MySqlConnection,
-    windows: &Windows,
+    windows: &mut Windows,
 ) -> Result<(), sqlx::Error> {
-    for held in &windows.held {
+    let now = windows.now.unwrap_or_default();
+    for held in &mut windows.held {
+        if let Some(keys) = held.keys.as_mut() {
+            keys.save(conn, now).await?;
+        }
         let starts = held.window.to_bytes();
         let (max, per_ms) = (i64::from(held.limit.max), millis(held.limit.per));
         if (&starts, max, per_ms) == (&held.stored.0, held.stored.1, held.stored.2) {
@@ -228,7 +258,9 @@ pub(crate) async fn write(
     Ok(())
 }
 
-/// Sets `queue`'s limit, keeping its window, or lifts it (`None`).
+/// Sets `queue`'s limit, keeping its window, or lifts it (`None`), inside the caller's
+/// transaction: the limit's row first, then whether it holds per key, in the order claims
+/// lock them. Key windows are forgotten unless the limit is one per key.
 pub(crate) async fn set_limit(
     conn: &mut MySqlConnection,
     queue: &str,
@@ -240,16 +272,29 @@ pub(crate) async fn set_limit(
                 .bind(queue)
                 .bind(i64::from(limit.max))
                 .bind(millis(limit.per))
-                .execute(conn)
+                .execute(&mut *conn)
                 .await?
         }
         None => {
             sqlx::query(fixed(&sql::RATE_LIFT))
                 .bind(queue)
-                .execute(conn)
+                .execute(&mut *conn)
                 .await?
         }
     };
+    if limit.is_some_and(|l| l.per_key) {
+        sqlx::query(fixed(&sql::RATE_PER_KEY_SET))
+            .bind(queue)
+            .execute(&mut *conn)
+            .await?;
+        return Ok(());
+    }
+    for statement in [&sql::RATE_PER_KEY_LIFT, &sql::RATE_KEYS_DROP] {
+        sqlx::query(fixed(statement))
+            .bind(queue)
+            .execute(&mut *conn)
+            .await?;
+    }
     Ok(())
 }
 

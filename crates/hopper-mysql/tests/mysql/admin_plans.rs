@@ -159,7 +159,7 @@ async fn listings_and_redrives_read_index_ranges_in_order() {
         "queue names: {names:?}"
     );
     let state = statement(include_str!("../../sql/queue_state.sql"));
-    let steps = plan(&mut conn, &state, &[Q, Q, I(now), I(now), Q, Q], "q").await;
+    let steps = plan(&mut conn, &state, &[Q, Q, I(now), I(now), Q, Q, Q], "q").await;
     assert!(
         steps
             .iter()

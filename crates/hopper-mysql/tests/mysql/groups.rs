@@ -202,10 +202,10 @@ async fn a_database_of_the_previous_version_gains_groups() {
     .unwrap();
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
-        err.contains("at version 9 but this build needs 10"),
+        err.contains("at version 9 but this build needs 11"),
         "{err}"
     );
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
 
     let broker = second_broker(&db.url).await;
     let held = fetch(&broker, "q", 10, TTL).await;
@@ -234,7 +234,7 @@ async fn a_database_of_the_previous_version_gains_groups() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 1);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let status = broker.group("g").await.unwrap().unwrap();
     assert_eq!(status.completion, Some(completion), "kept");

@@ -13,7 +13,7 @@ use sqlx::{Connection, MySqlConnection};
 use super::support::{TempDatabase, admin, url_for};
 
 /// The crate's migrations, in order, to make a database as an earlier release left it.
-const MIGRATIONS: [&str; 10] = [
+const MIGRATIONS: [&str; 11] = [
     include_str!("../../migrations/0001_create_jobs.sql"),
     include_str!("../../migrations/0002_range_checks.sql"),
     include_str!("../../migrations/0003_errors_and_pauses.sql"),
@@ -24,6 +24,7 @@ const MIGRATIONS: [&str; 10] = [
     include_str!("../../migrations/0008_ordering_keys.sql"),
     include_str!("../../migrations/0009_rate_limits.sql"),
     include_str!("../../migrations/0010_groups.sql"),
+    include_str!("../../migrations/0011_rate_keys.sql"),
 ];
 
 /// Builds the schema of the first `version` migrations on `conn`, recorded as applied,
@@ -51,7 +52,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
     assert_eq!(
         err.to_string(),
         format!(
-            "broker error: the hopper schema in {url} is at version 0 but this build needs 10: \
+            "broker error: the hopper schema in {url} is at version 0 but this build needs 11: \
              run `hopper migrate --broker {url}`",
             url = db.url
         )
@@ -61,7 +62,7 @@ async fn an_unmigrated_database_is_refused_with_what_to_run() {
 #[tokio::test]
 async fn migrating_twice_applies_nothing_the_second_time() {
     let db = TempDatabase::empty().await;
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 10);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 11);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     assert_eq!(broker.url(), db.url);
@@ -77,7 +78,7 @@ async fn concurrent_migrations_apply_each_version_once() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 10]);
+    assert_eq!(applied, [0, 11]);
 }
 
 #[tokio::test]
@@ -91,7 +92,7 @@ async fn a_schema_newer_than_this_build_is_refused() {
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema in {} is at version 99, newer than this build (10): upgrade hopper",
+            "the hopper schema in {} is at version 99, newer than this build (11): upgrade hopper",
             db.url
         )),
         "{err}"
@@ -175,10 +176,10 @@ async fn a_database_of_version_2_keeps_its_jobs() {
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
-        err.contains("at version 2 but this build needs 10"),
+        err.contains("at version 2 but this build needs 11"),
         "{err}"
     );
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 8);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 9);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -241,7 +242,7 @@ async fn a_database_of_version_2_keeps_its_jobs() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 8);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 9);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let _ = conn.close().await;
 }
@@ -267,10 +268,10 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
-        err.contains("at version 3 but this build needs 10"),
+        err.contains("at version 3 but this build needs 11"),
         "{err}"
     );
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 7);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 8);
 
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -322,7 +323,7 @@ async fn a_database_of_version_3_gains_the_worker_tables() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 7);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 8);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None))
         .await
@@ -352,10 +353,10 @@ async fn a_database_of_version_4_gains_unique_keys() {
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
-        err.contains("at version 4 but this build needs 10"),
+        err.contains("at version 4 but this build needs 11"),
         "{err}"
     );
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 7);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -376,7 +377,7 @@ async fn a_database_of_version_4_gains_unique_keys() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 7);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
     let kept = broker.enqueue_reported(keyed()).await.unwrap();
@@ -407,10 +408,10 @@ async fn a_database_of_version_5_gains_worker_schedules() {
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
-        err.contains("at version 5 but this build needs 10"),
+        err.contains("at version 5 but this build needs 11"),
         "{err}"
     );
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -456,7 +457,7 @@ async fn a_database_of_version_5_gains_worker_schedules() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 6);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
     assert_eq!(schedules(broker.workers().await.unwrap()), reported, "kept");
@@ -486,10 +487,10 @@ async fn a_database_of_version_6_gains_the_keys_of_records() {
     }
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
-        err.contains("at version 6 but this build needs 10"),
+        err.contains("at version 6 but this build needs 11"),
         "{err}"
     );
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
 
     let connect = || MySqlBroker::connect_with(&db.url, MySqlOptions::default().wake_poll(None));
     let broker = connect().await.unwrap();
@@ -538,7 +539,7 @@ async fn a_database_of_version_6_gains_the_keys_of_records() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 5);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let broker = connect().await.unwrap();
     let kept = broker.job(stored[0].id).await.unwrap().unwrap();

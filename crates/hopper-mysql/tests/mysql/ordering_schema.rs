@@ -56,10 +56,10 @@ async fn a_database_of_the_previous_version_gains_ordering_keys() {
     );
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
-        err.contains("at version 7 but this build needs 10"),
+        err.contains("at version 7 but this build needs 11"),
         "{err}"
     );
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
 
     for (run_at, kept) in [
         (MIN_RUN_AT + BLOCKED, true),
@@ -105,7 +105,7 @@ async fn a_database_of_the_previous_version_gains_ordering_keys() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 4);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let _ = conn.close().await;
 }

@@ -73,7 +73,7 @@ async fn a_database_from_before_the_checks_keeps_its_jobs_and_buries_the_bad_row
     ))
     .await
     .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 9);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 10);
 
     let broker = MySqlBroker::connect(&db.url).await.unwrap();
     let counts = broker.counts("q").await.unwrap();
@@ -112,6 +112,6 @@ async fn a_database_from_before_the_checks_keeps_its_jobs_and_buries_the_bad_row
     ))
     .await
     .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 9);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 10);
     let _ = conn.close().await;
 }

@@ -308,10 +308,10 @@ async fn a_database_of_the_previous_version_gains_rate_limits() {
     .unwrap();
     let err = MySqlBroker::connect(&db.url).await.unwrap_err().to_string();
     assert!(
-        err.contains("at version 8 but this build needs 10"),
+        err.contains("at version 8 but this build needs 11"),
         "{err}"
     );
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
 
     let broker = other(&db.url).await;
     for id in 1..=5 {
@@ -348,7 +348,7 @@ async fn a_database_of_the_previous_version_gains_rate_limits() {
         .execute(&mut conn)
         .await
         .unwrap();
-    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 2);
+    assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 3);
     assert_eq!(hopper_mysql::migrate(&db.url).await.unwrap(), 0);
     let stats = broker.queue_stats("q").await.unwrap();
     assert_eq!(stats.rate_limit, Some(limit(2, HOUR)), "kept");

@@ -71,7 +71,7 @@ impl TempDatabase {
     /// A new database, migrated.
     pub async fn migrated() -> TempDatabase {
         let db = TempDatabase::empty().await;
-        assert_eq!(hopper_mysql::migrate(&db.url).await.expect("migrate"), 10);
+        assert_eq!(hopper_mysql::migrate(&db.url).await.expect("migrate"), 11);
         db
     }
 

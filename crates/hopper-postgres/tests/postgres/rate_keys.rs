@@ -2,25 +2,16 @@
 //! race on one queue's key windows and claim no more than each key's limit between them;
 //! a batch mixing rate keys with the other keys or groups is refused by name.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hopper_core::{Broker, Error, NewJob, RateLimit};
 use hopper_postgres::{PgBroker, PgOptions};
-use hopper_testkit::helpers::claim_concurrently;
+use hopper_testkit::helpers::race_on_rate_keys;
 
 use super::support::{broker_with, url};
 
 const HOUR: Duration = Duration::from_secs(3600);
-
-/// The rate key of job `i` of the race: two in seven have none, the rest `a`, `b` or `c`.
-fn key_of(i: usize) -> &'static str {
-    match i % 7 {
-        0 | 1 => "",
-        n => ["a", "b", "c"][n % 3],
-    }
-}
 
 /// Two brokers, each with its own pool, race 8 claimers in batches of 7 on a queue of 3
 /// keys with 40 jobs each and 20 without, limited to 5 an hour per key: 20 are claimed
@@ -33,30 +24,7 @@ async fn brokers_on_two_pools_claim_no_more_than_each_keys_limit() {
     let other: Arc<dyn Broker> = Arc::new(PgBroker::connect_with(&url(), options).await.unwrap());
     let limit = RateLimit::new(5, HOUR).unwrap().per_key();
     pg.set_rate_limit("q", Some(limit)).await.unwrap();
-    let jobs: Vec<NewJob> = (0..140)
-        .map(|i| {
-            let job = NewJob::new("q", format!("{i}").into_bytes());
-            match key_of(i) {
-                "" => job,
-                key => job.rate_key(key),
-            }
-        })
-        .collect();
-    let ids = broker.enqueue(jobs).await.unwrap();
-    let seen = claim_concurrently(&[broker.clone(), other.clone()], "q", 8, 7).await;
-    let mut per: BTreeMap<&str, usize> = BTreeMap::new();
-    for id in &seen {
-        let at = ids.iter().position(|i| i == id).unwrap();
-        *per.entry(key_of(at)).or_default() += 1;
-    }
-    let per: Vec<(&str, usize)> = per.into_iter().collect();
-    assert_eq!(per, [("", 5), ("a", 5), ("b", 5), ("c", 5)]);
-    let counts = broker.counts("q").await.unwrap();
-    assert_eq!(
-        (counts.pending, counts.scheduled),
-        (0, 120),
-        "every job held back was moved to its key's next room"
-    );
+    race_on_rate_keys(&[broker.clone(), other.clone()]).await;
     let shown = other.queue_stats("q").await.unwrap().rate_limit;
     assert_eq!(shown, Some(limit), "set through the other");
 }

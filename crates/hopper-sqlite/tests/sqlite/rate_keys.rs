@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use hopper_core::{Broker, FetchRequest, NewJob, RateLimit};
 use hopper_sqlite::SqliteBroker;
-use hopper_testkit::helpers::claim_concurrently;
+use hopper_testkit::helpers::race_on_rate_keys;
 
 use super::support::{TempDb, file_at_version, file_version};
 
@@ -27,36 +27,7 @@ async fn two_brokers_claim_no_more_than_each_keys_limit_between_them() {
     let one: Arc<dyn Broker> = Arc::new(SqliteBroker::open(db.path()).await.unwrap());
     let two: Arc<dyn Broker> = Arc::new(SqliteBroker::open(db.path()).await.unwrap());
     one.set_rate_limit("q", Some(per_key(5))).await.unwrap();
-    let jobs: Vec<NewJob> = (0..140)
-        .map(|i| {
-            let job = NewJob::new("q", format!("{i}").into_bytes());
-            match i % 7 {
-                0 | 1 => job,
-                n => job.rate_key(["a", "b", "c"][n as usize % 3]),
-            }
-        })
-        .collect();
-    let keys: Vec<&str> = (0..140)
-        .map(|i| match i % 7 {
-            0 | 1 => "",
-            n => ["a", "b", "c"][n as usize % 3],
-        })
-        .collect();
-    let ids = two.enqueue(jobs).await.unwrap();
-    let seen = claim_concurrently(&[one.clone(), two.clone()], "q", 8, 7).await;
-    let mut per: std::collections::BTreeMap<&str, usize> = Default::default();
-    for id in &seen {
-        let at = ids.iter().position(|i| i == id).unwrap();
-        *per.entry(keys[at]).or_default() += 1;
-    }
-    let per: Vec<(&str, usize)> = per.into_iter().collect();
-    assert_eq!(per, [("", 5), ("a", 5), ("b", 5), ("c", 5)]);
-    let counts = one.counts("q").await.unwrap();
-    assert_eq!(
-        (counts.pending, counts.scheduled),
-        (0, 120),
-        "every job held back was moved to its key's next room"
-    );
+    race_on_rate_keys(&[two, one]).await;
 }
 
 /// A file at version 11 with a limited queue and a pending job: the upgrade keeps both (the

@@ -8,22 +8,12 @@ use hopper_core::{Broker, Error, JobId, NewJob, RateLimit};
 use tokio::time::advance;
 
 use super::record;
-use crate::helpers::{TTL, fetch, skip};
+use crate::helpers::{TTL, fetch, rate_keyed as job, skip};
 
 fn per_key(max: u32, per_ms: u64) -> RateLimit {
     RateLimit::new(max, Duration::from_millis(per_ms))
         .expect("a valid limit")
         .per_key()
-}
-
-/// The job of `name`, with the rate key `key` unless it is empty.
-fn job(name: &str, key: &str) -> NewJob {
-    let job = NewJob::new("q", name.as_bytes().to_vec());
-    if key.is_empty() {
-        job
-    } else {
-        job.rate_key(key)
-    }
 }
 
 /// Under 2 per 100 ms per key, a fetch of 20 from 6 jobs of key `a`, 3 of `b` and 2
