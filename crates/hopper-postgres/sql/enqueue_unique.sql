@@ -1,7 +1,8 @@
 -- A batch in which some jobs have unique keys (hopper_core::UniqueKey); a batch without
 -- any goes through enqueue.sql, which never reads hopper_unique. The parameters are
 -- enqueue.sql's, then per job its key, scope code and period in ms ($10 to $12, NULL
--- without a key). Each key comes once: a later job of the batch with the same queue and
+-- without a key), then its rate key ($13, NULL without one; the whole array NULL when no
+-- job has one). Each key comes once: a later job of the batch with the same queue and
 -- key was answered by the broker, not sent.
 --
 -- `u`: each job draws its id up front, in input order, so that ids ascend in input order
@@ -26,9 +27,9 @@ WITH now AS (SELECT coalesce($8::bigint, {schema}.hopper_now_ms()) AS ms),
 u AS MATERIALIZED (
     SELECT u.*, nextval('{schema}.hopper_jobs_id_seq'::regclass) AS id
     FROM unnest($1::text[], $2::bytea[], $3::int[], $4::bigint[], $5::bigint[], $6::int[],
-                $7::text[], $10::text[], $11::smallint[], $12::bigint[])
+                $7::text[], $10::text[], $11::smallint[], $12::bigint[], $13::text[])
              WITH ORDINALITY AS u(queue, payload, priority, run_at, delay_ms, max_attempts,
-                                  headers, key, scope, period, ord)
+                                  headers, key, scope, period, rate_key, ord)
     ORDER BY u.ord
 ),
 taken AS (
@@ -49,10 +50,11 @@ taken AS (
 ),
 ins AS (
     INSERT INTO {schema}.hopper_jobs
-        (id, queue, payload, priority, run_at, max_attempts, headers, created_at, unique_key)
+        (id, queue, payload, priority, run_at, max_attempts, headers, created_at, unique_key,
+         rate_key)
     SELECT u.id, u.queue, u.payload, u.priority,
            coalesce(u.run_at, now.ms + u.delay_ms), u.max_attempts, u.headers::jsonb, now.ms,
-           u.key
+           u.key, u.rate_key
     FROM u, now
     WHERE u.key IS NULL OR u.id IN (SELECT job_id FROM taken)
     ORDER BY u.ord

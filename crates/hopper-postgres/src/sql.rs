@@ -22,6 +22,7 @@ statements!(
     enqueue,
     enqueue_unique,
     enqueue_rated,
+    rate_keys_set,
     enqueue_ordered,
     unblock,
     unblock_stuck,

@@ -7,7 +7,9 @@
 //! batch with ordering keys takes enqueue_ordered.sql, one statement too (see
 //! `ordering`). A batch with members of groups takes enqueue_group.sql, one statement
 //! that also counts them, or refuses the whole batch when one of its groups is sealed
-//! (see `groups`).
+//! (see `groups`). Rate keys go in the insert of enqueue.sql's form (enqueue_rated.sql)
+//! and of enqueue_unique.sql; beside ordering keys or groups, a second statement in the
+//! same transaction writes them.
 
 use hopper_core::job::earlier_with_key;
 use hopper_core::{Broker, CheckedJobs, Enqueued, JobId, Millis, NewJob, Result, UniqueScope};
@@ -56,7 +58,6 @@ impl PgBroker {
         if checked.is_empty() {
             return Ok(Vec::new());
         }
-        self.refuse_mixed_rate_keys(&checked)?;
         let batch = Batch::new(checked, self.now());
         self.send(conn, &batch)
             .await
@@ -71,7 +72,6 @@ impl PgBroker {
     /// enqueue the jobs twice. A keyed batch that lost a deadlock was rolled back too, and
     /// is sent again.
     pub(super) async fn insert_held(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
-        self.refuse_mixed_rate_keys(&jobs)?;
         let batch = Batch::new(jobs, self.now());
         let (mut ended, mut races) = (false, 0);
         loop {
@@ -96,24 +96,40 @@ impl PgBroker {
         }
     }
 
-    /// Refuses a batch in which a job has a rate key and some job a unique or an ordering
-    /// key or a group: enqueue_rated.sql stores rate keys for plain jobs only.
-    fn refuse_mixed_rate_keys(&self, jobs: &CheckedJobs) -> Result<()> {
-        let rated = jobs.iter().any(|j| j.rate_key.is_some());
-        let other =
-            |j: &NewJob| j.unique.is_some() || j.ordering_key.is_some() || j.group.is_some();
-        if rated && jobs.iter().any(other) {
-            return Err(self
-                .not_supported("rate keys in a batch with unique keys, ordering keys or groups"));
-        }
-        Ok(())
+    /// Sends `batch`: [`send_one`](Self::send_one)'s statement, and for a batch with rate
+    /// keys and ordering keys or groups, which hopper_enqueue_ordered and
+    /// hopper_enqueue_group do not store, rate_keys_set.sql after it, in one transaction
+    /// (a savepoint within the caller's).
+    async fn send(
+        &self,
+        conn: &mut PgConnection,
+        batch: &Batch,
+    ) -> sqlx::Result<Result<Vec<Enqueued>>> {
+        let rate = match &batch.rate {
+            Some(rate) if batch.ordering.is_some() || batch.groups.is_some() => rate,
+            _ => return self.send_one(conn, batch).await,
+        };
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let done = match self.send_one(&mut tx, batch).await? {
+            Ok(done) => done,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let ids: Vec<i64> = done.iter().map(|e| e.id.0).collect();
+        sqlx::query(&self.inner.sql.rate_keys_set)
+            .bind(&ids)
+            .bind(rate)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Ok(done))
     }
 
     /// Sends `batch` in one statement: enqueue.sql when no job has a key,
-    /// enqueue_unique.sql for unique keys, enqueue_ordered.sql for ordering keys. Says
-    /// what became of each job, in input order. A batch with members of groups takes
-    /// enqueue_group.sql, and is refused (the inner error) when one of them is sealed.
-    async fn send(
+    /// enqueue_unique.sql for unique keys, enqueue_ordered.sql for ordering keys,
+    /// enqueue_rated.sql for rate keys alone. Says what became of each job, in input order.
+    /// A batch with members of groups takes enqueue_group.sql, and is refused (the inner
+    /// error) when one of them is sealed.
+    async fn send_one(
         &self,
         conn: &mut PgConnection,
         batch: &Batch,
@@ -141,14 +157,17 @@ impl PgBroker {
             Some(keys) => query.bind(keys).bind(&self.inner.channel),
             None => query.bind(&self.inner.channel),
         };
-        if let Some(rate) = &batch.rate {
-            query = query.bind(rate);
-        }
-        if let Some(keys) = &batch.keys {
-            query = query
-                .bind(&keys.keys)
-                .bind(&keys.scopes)
-                .bind(&keys.periods);
+        match (&batch.keys, &batch.ordering) {
+            (Some(keys), _) => {
+                query = query
+                    .bind(&keys.keys)
+                    .bind(&keys.scopes)
+                    .bind(&keys.periods)
+                    .bind(&batch.rate);
+            }
+            (None, None) if batch.rate.is_some() => query = query.bind(&batch.rate),
+            // hopper_enqueue_ordered stores no rate keys: `send` writes them after.
+            _ => {}
         }
         let rows = query.fetch_all(conn).await?;
         let done = match &batch.keys {
@@ -233,8 +252,8 @@ struct Batch {
     ordering: Option<Vec<Option<String>>>,
     /// Each job's group, when any job is a member of one (never beside unique keys).
     groups: Option<Vec<Option<String>>>,
-    /// Each job's rate key, when any job has one (never beside the others: the broker
-    /// refused the batch).
+    /// Each job's rate key, when any job has one; of the jobs sent only, beside unique
+    /// keys.
     rate: Option<Vec<Option<String>>>,
 }
 
@@ -272,9 +291,6 @@ impl Batch {
             if let Some(g) = &mut groups {
                 g.push(job.group.take());
             }
-            if let Some(r) = &mut rate {
-                r.push(job.rate_key.take());
-            }
             if let Some(k) = &mut keys {
                 if k.earlier[i].is_some() {
                     continue;
@@ -287,6 +303,9 @@ impl Batch {
                     _ => None,
                 });
                 k.keys.push(unique.map(|u| u.key));
+            }
+            if let Some(r) = &mut rate {
+                r.push(job.rate_key.take());
             }
             a.push(job, now);
         }

@@ -1,13 +1,14 @@
 //! Rate limits per key on PostgreSQL, beyond the shared suite: brokers on separate pools
 //! race on one queue's key windows and claim no more than each key's limit between them;
-//! a batch mixing rate keys with the other keys or groups is refused by name.
+//! rate keys go beside the other keys and groups.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{Broker, Error, NewJob, RateLimit};
+use hopper_core::{Broker, RateLimit};
 use hopper_postgres::{PgBroker, PgOptions};
-use hopper_testkit::helpers::race_on_rate_keys;
+use hopper_testkit::helpers::{TTL, fetch, race_on_rate_keys, rate_keyed as job, sorted_payloads};
+use sqlx::{Connection, PgConnection};
 
 use super::support::{broker_with, url};
 
@@ -29,26 +30,69 @@ async fn brokers_on_two_pools_claim_no_more_than_each_keys_limit() {
     assert_eq!(shown, Some(limit), "set through the other");
 }
 
-/// Rate keys are stored by their own statement, for batches of plain jobs: a batch that
-/// also holds a unique or an ordering key or a group is refused, storing nothing.
+/// Rate keys go beside unique keys, ordering keys and groups: every job stored keeps its
+/// rate key, in the insert itself for unique keys, and for ordering keys and groups by a
+/// second statement in the enqueue's transaction (a savepoint within a caller's, whose
+/// rollback leaves nothing). Under 1 an hour per key, the first job of each key starts:
+/// of key `t`, `s` and none.
 #[tokio::test]
-async fn a_batch_mixing_rate_keys_with_other_keys_is_refused() {
-    let (broker, _pg) = broker_with(|o| o.listen(false)).await;
-    let rated = || NewJob::new("q", b"x".to_vec()).rate_key("a");
-    for other in [
-        NewJob::new("q", b"u".to_vec()).unique_key("u"),
-        NewJob::new("q", b"o".to_vec()).ordering_key("o"),
-        NewJob::new("q", b"g".to_vec()).group("g"),
-    ] {
-        let refused = broker.enqueue(vec![rated(), other]).await;
-        assert!(
-            matches!(&refused, Err(Error::NotSupported { what, .. }) if what.contains("rate keys")),
-            "{refused:?}"
-        );
+async fn rate_keys_go_beside_unique_and_ordering_keys_and_groups() {
+    let (broker, pg) = broker_with(|o| o.listen(false)).await;
+    let limit = RateLimit::new(1, HOUR).unwrap().per_key();
+    pg.set_rate_limit("q", Some(limit)).await.unwrap();
+    let batches = [
+        vec![
+            job("u1", "t").unique_key("u"),
+            job("u2", "t").unique_key("u"),
+            job("p1", ""),
+        ],
+        vec![
+            job("o1", "t").ordering_key("o"),
+            job("o2", "s").ordering_key("o2"),
+            job("p2", ""),
+        ],
+        vec![
+            job("g1", "t").group("g"),
+            job("g2", "s").group("g"),
+            job("p3", ""),
+        ],
+    ];
+    for batch in batches {
+        broker.enqueue(batch).await.unwrap();
     }
-    assert_eq!(
-        broker.counts("q").await.unwrap().pending,
-        0,
-        "nothing stored"
+    let mut conn = PgConnection::connect(&url()).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    pg.enqueue_in(&mut tx, vec![job("x", "t").ordering_key("x")])
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let text = format!(
+        "SELECT convert_from(payload, 'UTF8'), rate_key FROM {}.hopper_jobs ORDER BY id",
+        pg.schema()
     );
+    let stored: Vec<(String, Option<String>)> =
+        sqlx::query_as(&text).fetch_all(&mut conn).await.unwrap();
+    let stored: Vec<(&str, Option<&str>)> = stored
+        .iter()
+        .map(|(p, k)| (p.as_str(), k.as_deref()))
+        .collect();
+    let t = Some("t");
+    let s = Some("s");
+    assert_eq!(
+        stored,
+        [
+            ("u1", t),
+            ("p1", None),
+            ("o1", t),
+            ("o2", s),
+            ("p2", None),
+            ("g1", t),
+            ("g2", s),
+            ("p3", None)
+        ],
+        "u2 answered by u1, x rolled back"
+    );
+    let got = fetch(&broker, "q", 20, TTL).await;
+    assert_eq!(sorted_payloads(&got.jobs), ["o2", "p1", "u1"]);
+    let _ = conn.close().await;
 }

@@ -203,7 +203,7 @@ async fn keyed_statements_read_keys_by_the_primary_key() {
     let enqueue = rendered(include_str!("../../sql/enqueue_unique.sql"), &schema);
     let args = "'{q,q,q}', ARRAY['\\x00'::bytea, '\\x00', '\\x00'], '{0,0,0}', \
                 '{NULL,NULL,NULL}', '{0,0,0}', '{25,25,25}', '{NULL,NULL,NULL}', NULL, \
-                'hopper.test', '{k00005,new,NULL}', '{1,1,NULL}', '{NULL,NULL,NULL}'";
+                'hopper.test', '{k00005,new,NULL}', '{1,1,NULL}', '{NULL,NULL,NULL}', NULL";
     let plan = explain(&mut conn, "enqueue_unique", &enqueue, args).await;
     assert!(
         !plan.contains("Seq Scan"),
