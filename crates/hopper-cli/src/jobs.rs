@@ -211,6 +211,9 @@ fn record_text(r: &JobRecord) -> String {
         };
         out += &format!("ordering key {key}{waits}\n");
     }
+    if let Some(key) = &r.rate_key {
+        out += &format!("rate key     {key}\n");
+    }
     for (k, v) in &j.headers {
         out += &format!("header       {k}={v}\n");
     }
@@ -250,6 +253,7 @@ pub fn record_json(r: &JobRecord) -> serde_json::Value {
         "unique_key": r.unique_key,
         "ordering_key": r.ordering_key,
         "blocked": r.blocked,
+        "rate_key": r.rate_key,
         "headers": j.headers,
         "last_error": r.last_error,
         "errors": errors,

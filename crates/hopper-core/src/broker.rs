@@ -148,6 +148,8 @@ pub struct JobRecord {
     pub unique_key: Option<String>,
     /// Its ordering key ([`NewJob::ordering_key`]).
     pub ordering_key: Option<String>,
+    /// Its rate key ([`NewJob::rate_key`]).
+    pub rate_key: Option<String>,
     /// Pending behind an earlier job of its ordering key; `job.run_at` is still its own
     /// time.
     pub blocked: bool,

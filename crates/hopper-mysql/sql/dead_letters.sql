@@ -4,7 +4,7 @@
 -- end time another program left NULL still comes first, as it always did.
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
        state, lease_id, last_error, finished_at, errors, lease_expires, unique_key,
-       ordering_key, started_at
+       ordering_key, started_at, rate_key
 FROM hopper_jobs FORCE INDEX (hopper_jobs_due)
 WHERE state = 3 AND queue = ?
 ORDER BY finished_at, id

@@ -4,7 +4,7 @@
 -- read from the row: the queue's dead and cancelled jobs share the range.
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
        state, lease_id, last_error, finished_at, errors, lease_expires, unique_key,
-       ordering_key, started_at
+       ordering_key, started_at, rate_key
 FROM hopper_jobs FORCE INDEX (hopper_jobs_finished)
 WHERE queue = ? AND state = ?
   AND (finished_at {after} ? OR (finished_at = ? AND id {after} ?))

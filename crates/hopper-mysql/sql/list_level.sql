@@ -7,7 +7,7 @@
 -- `level_above.sql`. A level's first page binds the cursor past every job.
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
        state, lease_id, last_error, finished_at, errors, lease_expires, unique_key,
-       ordering_key, started_at
+       ordering_key, started_at, rate_key
 FROM hopper_jobs FORCE INDEX (hopper_jobs_ready)
 WHERE state = 0 AND queue = ? AND priority = ? AND run_at {due} COALESCE(?, {now})
   AND (run_at {after} ? OR (run_at = ? AND id {after} ?))

@@ -4,7 +4,7 @@
 -- other queues' jobs in flight are passed over.
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers::text, created_at,
        state, lease_id, last_error, errors::text, started_at, finished_at, unique_key, ordering_key,
-       lease_expires
+       lease_expires, rate_key
 FROM {schema}.hopper_jobs
 WHERE state = 1 AND queue = $1 AND (lease_expires, id) > ($2::bigint, $3::bigint)
 ORDER BY lease_expires, id

@@ -23,11 +23,11 @@ levels (priority) AS (
     WHERE l.priority IS NOT NULL
 )
 SELECT id, queue, payload, priority, run_at, attempt, max_attempts, headers, created_at,
-       state, lease_id, last_error, errors, started_at, finished_at, unique_key, ordering_key, lease_expires
+       state, lease_id, last_error, errors, started_at, finished_at, unique_key, ordering_key, lease_expires, rate_key
 FROM (
     (SELECT id, queue, payload, priority, run_at, attempt, max_attempts,
             headers::text AS headers, created_at, state, lease_id, last_error,
-            errors::text AS errors, started_at, finished_at, unique_key, ordering_key, lease_expires
+            errors::text AS errors, started_at, finished_at, unique_key, ordering_key, lease_expires, rate_key
      FROM {schema}.hopper_jobs
      WHERE state = 0 AND queue = $1 AND priority = $4::bigint
        AND (run_at, id) > ($5::bigint, $6::bigint)
@@ -41,7 +41,7 @@ FROM (
      CROSS JOIN LATERAL (
          SELECT id, queue, payload, priority, run_at, attempt, max_attempts,
                 headers::text AS headers, created_at, state, lease_id, last_error,
-                errors::text AS errors, started_at, finished_at, unique_key, ordering_key, lease_expires
+                errors::text AS errors, started_at, finished_at, unique_key, ordering_key, lease_expires, rate_key
          FROM {schema}.hopper_jobs
          WHERE state = 0 AND queue = $1 AND priority = l.priority
            AND run_at BETWEEN (SELECT lo FROM due) AND (SELECT hi FROM due)

@@ -3,7 +3,7 @@
 SELECT j.id, j.queue, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts, j.headers,
        j.created_at, j.lease_id, j.state, j.last_error, j.errors, j.finished_at, j.unique_key,
        j.ordering_key, j.started_at,
-       j.priority
+       j.priority, j.rate_key
 FROM (
     SELECT id FROM (
         SELECT id FROM hopper_jobs INDEXED BY hopper_jobs_ready

@@ -127,7 +127,8 @@ pub(crate) fn candidate_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Job, 
 }
 
 /// Reads a job's columns (see [`job_from_row`]) followed by `state, last_error, errors,
-/// finished_at, unique_key, ordering_key, started_at`. A blocked job shows its own time.
+/// finished_at, unique_key, ordering_key, started_at`, and `rate_key` by name (after a
+/// listing's cursor). A blocked job shows its own time.
 pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let state = match row.get::<_, i64>(10)? {
         PENDING => JobState::Pending,
@@ -162,6 +163,7 @@ pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
         // given up the hold; NULL for a job without one or stored before the column.
         unique_key: row.get(14)?,
         ordering_key: row.get(15)?,
+        rate_key: row.get("rate_key")?,
         blocked,
     })
 }

@@ -151,6 +151,8 @@ pub struct JobView {
     pub ordering_key: Option<String>,
     /// Pending behind an earlier job of its ordering key.
     pub blocked: bool,
+    /// Its rate key, if any: under a limit per key, its starts count in that key's window.
+    pub rate_key: Option<String>,
     pub headers: BTreeMap<String, String>,
     /// The payload, when it is JSON.
     #[schema(value_type = Option<Object>)]
@@ -189,6 +191,7 @@ impl From<&JobRecord> for JobView {
             finished_at: r.finished_at,
             unique_key: r.unique_key.clone(),
             ordering_key: r.ordering_key.clone(),
+            rate_key: r.rate_key.clone(),
             blocked: r.blocked,
             headers: j.headers.clone(),
             payload_json: json,

@@ -129,6 +129,12 @@ fn rate_limits_per_key_through_the_commands() {
         Some(payloads),
     );
     assert_eq!(ids.lines().count(), 3);
+    let third = ids.lines().nth(2).unwrap();
+    let shown = ok(url, &["jobs", "show", third], None);
+    assert!(shown.contains("rate key     b\n"), "{shown}");
+    let json = ok(url, &["jobs", "show", third, "--json"], None);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["rate_key"], "b");
 
     // One of each tenant runs; a's second is moved to its key's next room, an hour on.
     let log = dir.join("exports.log");

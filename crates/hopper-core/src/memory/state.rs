@@ -187,6 +187,7 @@ impl State {
             finished_at,
             unique_key: self.holds.key_of(id),
             ordering_key: self.lines.key_of(id).map(str::to_owned),
+            rate_key: self.rate_keys.get(&id).cloned(),
             blocked,
         }
     }

@@ -65,9 +65,9 @@ pub(super) fn state_from_code(code: i8) -> Result<JobState, sqlx::Error> {
 }
 
 /// Reads a job's columns (see [`job_from_row`]) followed by `state, lease_id, last_error,
-/// finished_at, errors, lease_expires, unique_key, ordering_key, started_at` (the record
-/// columns of `job_record.sql`; `lease_expires` is the listings' cursor, not part of the
-/// record).
+/// finished_at, errors, lease_expires, unique_key, ordering_key, started_at, rate_key` (the
+/// record columns of `job_record.sql`; `lease_expires` is the listings' cursor, not part of
+/// the record).
 ///
 /// A job waiting behind an earlier job of its ordering key shows its own time and
 /// `blocked`; [`stored_run_at`] gives back the time it is stored with.
@@ -81,6 +81,7 @@ pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> 
     let blocked = state == JobState::Pending && is_blocked(job.run_at);
     job.run_at = own_run_at(job.run_at);
     let ordering_key: Option<Vec<u8>> = row.try_get(16)?;
+    let rate_key: Option<Vec<u8>> = row.try_get(18)?;
     Ok(JobRecord {
         job,
         state,
@@ -91,6 +92,7 @@ pub(super) fn record_from_row(row: &MySqlRow) -> Result<JobRecord, sqlx::Error> 
         unique_key: row.try_get(15)?,
         // Keys are the UTF-8 of a `String`; bytes another program wrote are shown lossily.
         ordering_key: ordering_key.map(|k| String::from_utf8_lossy(&k).into_owned()),
+        rate_key: rate_key.map(|k| String::from_utf8_lossy(&k).into_owned()),
         blocked,
     })
 }

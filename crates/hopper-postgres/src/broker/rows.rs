@@ -66,6 +66,7 @@ pub(super) fn record_from_row(row: &PgRow) -> Result<JobRecord, sqlx::Error> {
         finished_at: row.try_get(14)?,
         unique_key: row.try_get(15)?,
         ordering_key: row.try_get(16)?,
+        rate_key: row.try_get("rate_key")?,
         blocked,
     })
 }

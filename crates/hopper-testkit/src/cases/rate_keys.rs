@@ -68,6 +68,12 @@ pub async fn rate_limits_per_key(broker: Arc<dyn Broker>) {
         got
     };
 
+    let id_of = |name: &str| ids[names.iter().position(|(n, _)| *n == name).unwrap()];
+    let keys = [
+        record(&broker, id_of("b2")).await.rate_key,
+        record(&broker, id_of("n2")).await.rate_key,
+    ];
+    assert_eq!(keys, [Some("b".to_owned()), None], "records show rate keys");
     let first = fetch(&broker, "q", 20, TTL).await;
     assert_eq!(named(&first.jobs), ["a1", "a2", "b1", "b2", "n1", "n2"]);
     let t0 = record(&broker, first.jobs[0].id)
@@ -81,8 +87,7 @@ pub async fn rate_limits_per_key(broker: Arc<dyn Broker>) {
     );
     let mut moved = Vec::new();
     for name in ["a3", "a4", "b3", "a5", "a6"] {
-        let id = ids[names.iter().position(|(n, _)| *n == name).unwrap()];
-        moved.push(record(&broker, id).await.job.run_at - t0);
+        moved.push(record(&broker, id_of(name)).await.job.run_at - t0);
     }
     assert_eq!(
         moved,

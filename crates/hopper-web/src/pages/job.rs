@@ -73,6 +73,7 @@ fn job_body(app: &App, r: &JobRecord) -> Markup {
                         @if r.blocked { " — waits for an earlier job of this key" }
                     }
                 }
+                @if let Some(key) = &r.rate_key { dt { "rate key" } dd #rate-key { code { (key) } } }
             }
         }
         h2 { "Payload" }

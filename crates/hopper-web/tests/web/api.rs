@@ -193,6 +193,13 @@ async fn reads_answer_what_the_broker_holds() {
         ),
         "the second job of the key waits for the first"
     );
+    let rated = hopper::NewJob::new("reports", b"r".to_vec()).rate_key("tenant-3");
+    let rated = broker.enqueue(vec![rated]).await.unwrap();
+    let shown = get(&server, &format!("/api/jobs/{}", rated[0].0), &[])
+        .await
+        .json();
+    assert_eq!(shown["rate_key"], "tenant-3");
+    assert_eq!(first["rate_key"], serde_json::Value::Null);
     assert_eq!(
         get(&server, "/api/workers", &[]).await.json(),
         serde_json::json!([])
