@@ -25,6 +25,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0012_groups.sql"),
     include_str!("../migrations/0013_ordered_heads_unblocked.sql"),
     include_str!("../migrations/0014_rate_keys.sql"),
+    include_str!("../migrations/0015_rate_keys_beside_lines.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.

@@ -7,14 +7,19 @@
 //! batch with ordering keys takes enqueue_ordered.sql, one statement too (see
 //! `ordering`). A batch with members of groups takes enqueue_group.sql, one statement
 //! that also counts them, or refuses the whole batch when one of its groups is sealed
-//! (see `groups`). Rate keys go in the insert of enqueue.sql's form (enqueue_rated.sql)
-//! and of enqueue_unique.sql; beside ordering keys or groups, a second statement in the
-//! same transaction writes them.
+//! (see `groups`). Rate keys go in the same statement: in the insert of enqueue.sql's
+//! form (enqueue_rated.sql) and of enqueue_unique.sql, and beside ordering keys or groups
+//! through functions that store the jobs and then their keys (`*_rated.sql`). A batch may
+//! not hold both unique keys and members of groups.
 
 use hopper_core::job::earlier_with_key;
-use hopper_core::{Broker, CheckedJobs, Enqueued, JobId, Millis, NewJob, Result, UniqueScope};
+use hopper_core::{
+    Broker, CheckedJobs, ConfigError, Enqueued, JobId, Millis, NewJob, Result, UniqueScope,
+};
+use sqlx::Postgres;
 use sqlx::Row;
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgArguments, PgConnection};
+use sqlx::query::Query;
 
 use super::{PgBroker, db_err};
 use crate::conn::ended_by_server;
@@ -58,6 +63,7 @@ impl PgBroker {
         if checked.is_empty() {
             return Ok(Vec::new());
         }
+        refuse_unique_beside_groups(&checked)?;
         let batch = Batch::new(checked, self.now());
         self.send(conn, &batch)
             .await
@@ -72,6 +78,7 @@ impl PgBroker {
     /// enqueue the jobs twice. A keyed batch that lost a deadlock was rolled back too, and
     /// is sent again.
     pub(super) async fn insert_held(&self, jobs: CheckedJobs) -> Result<Vec<Enqueued>> {
+        refuse_unique_beside_groups(&jobs)?;
         let batch = Batch::new(jobs, self.now());
         let (mut ended, mut races) = (false, 0);
         loop {
@@ -96,40 +103,13 @@ impl PgBroker {
         }
     }
 
-    /// Sends `batch`: [`send_one`](Self::send_one)'s statement, and for a batch with rate
-    /// keys and ordering keys or groups, which hopper_enqueue_ordered and
-    /// hopper_enqueue_group do not store, rate_keys_set.sql after it, in one transaction
-    /// (a savepoint within the caller's).
-    async fn send(
-        &self,
-        conn: &mut PgConnection,
-        batch: &Batch,
-    ) -> sqlx::Result<Result<Vec<Enqueued>>> {
-        let rate = match &batch.rate {
-            Some(rate) if batch.ordering.is_some() || batch.groups.is_some() => rate,
-            _ => return self.send_one(conn, batch).await,
-        };
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        let done = match self.send_one(&mut tx, batch).await? {
-            Ok(done) => done,
-            Err(refused) => return Ok(Err(refused)),
-        };
-        let ids: Vec<i64> = done.iter().map(|e| e.id.0).collect();
-        sqlx::query(&self.inner.sql.rate_keys_set)
-            .bind(&ids)
-            .bind(rate)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(Ok(done))
-    }
-
     /// Sends `batch` in one statement: enqueue.sql when no job has a key,
     /// enqueue_unique.sql for unique keys, enqueue_ordered.sql for ordering keys,
-    /// enqueue_rated.sql for rate keys alone. Says what became of each job, in input order.
-    /// A batch with members of groups takes enqueue_group.sql, and is refused (the inner
-    /// error) when one of them is sealed.
-    async fn send_one(
+    /// enqueue_rated.sql for rate keys alone, enqueue_ordered_rated.sql for both. Says what
+    /// became of each job, in input order. A batch with members of groups takes
+    /// enqueue_group.sql (or enqueue_group_rated.sql), and is refused (the inner error) when
+    /// one of them is sealed.
+    async fn send(
         &self,
         conn: &mut PgConnection,
         batch: &Batch,
@@ -139,20 +119,12 @@ impl PgBroker {
         }
         let sql = match (&batch.keys, &batch.ordering, &batch.rate) {
             (Some(_), _, _) => &self.inner.sql.enqueue_unique,
-            (None, Some(_), _) => &self.inner.sql.enqueue_ordered,
+            (None, Some(_), None) => &self.inner.sql.enqueue_ordered,
+            (None, Some(_), Some(_)) => &self.inner.sql.enqueue_ordered_rated,
             (None, None, Some(_)) => &self.inner.sql.enqueue_rated,
             (None, None, None) => &self.inner.sql.enqueue,
         };
-        let a = &batch.arrays;
-        let mut query = sqlx::query(sql)
-            .bind(&a.queues)
-            .bind(&a.payloads)
-            .bind(&a.priorities)
-            .bind(&a.run_at)
-            .bind(&a.delay_ms)
-            .bind(&a.max_attempts)
-            .bind(&a.headers)
-            .bind(batch.now);
+        let mut query = batch.query(sql);
         query = match &batch.ordering {
             Some(keys) => query.bind(keys).bind(&self.inner.channel),
             None => query.bind(&self.inner.channel),
@@ -165,9 +137,8 @@ impl PgBroker {
                     .bind(&keys.periods)
                     .bind(&batch.rate);
             }
-            (None, None) if batch.rate.is_some() => query = query.bind(&batch.rate),
-            // hopper_enqueue_ordered stores no rate keys: `send` writes them after.
-            _ => {}
+            (None, _) if batch.rate.is_some() => query = query.bind(&batch.rate),
+            (None, _) => {}
         }
         let rows = query.fetch_all(conn).await?;
         let done = match &batch.keys {
@@ -194,7 +165,6 @@ impl PgBroker {
         batch: &Batch,
         groups: &[Option<String>],
     ) -> sqlx::Result<Result<Vec<Enqueued>>> {
-        let a = &batch.arrays;
         let no_keys;
         let keys = match &batch.ordering {
             Some(keys) => keys,
@@ -203,23 +173,21 @@ impl PgBroker {
                 &no_keys
             }
         };
-        let rows: Vec<(Option<i64>, Option<String>)> =
-            sqlx::query_as(&self.inner.sql.enqueue_group)
-                .bind(&a.queues)
-                .bind(&a.payloads)
-                .bind(&a.priorities)
-                .bind(&a.run_at)
-                .bind(&a.delay_ms)
-                .bind(&a.max_attempts)
-                .bind(&a.headers)
-                .bind(batch.now)
-                .bind(keys)
-                .bind(groups)
-                .bind(&self.inner.channel)
-                .fetch_all(conn)
-                .await?;
+        let sql = match batch.rate {
+            Some(_) => &self.inner.sql.enqueue_group_rated,
+            None => &self.inner.sql.enqueue_group,
+        };
+        let rows = batch
+            .query(sql)
+            .bind(keys)
+            .bind(groups)
+            .bind(&self.inner.channel)
+            .bind(&batch.rate)
+            .fetch_all(conn)
+            .await?;
         let mut done = Vec::with_capacity(rows.len());
-        for (id, refused) in rows {
+        for row in &rows {
+            let (id, refused): (Option<i64>, Option<String>) = (row.try_get(0)?, row.try_get(1)?);
             if let Some(group) = refused {
                 return Ok(Err(hopper_core::group::closed_to_members(&group)));
             }
@@ -228,6 +196,19 @@ impl PgBroker {
             }
         }
         Ok(Ok(done))
+    }
+}
+
+/// Refuses a batch holding both a unique key and a member of a group, naming the group:
+/// enqueue_group.sql takes no unique keys, and would store the duplicates.
+fn refuse_unique_beside_groups(jobs: &CheckedJobs) -> Result<()> {
+    let group = jobs.iter().find_map(|j| j.group.as_deref());
+    match group.filter(|_| jobs.iter().any(|j| j.unique.is_some())) {
+        Some(group) => {
+            let allowed = "no job with a unique key in the same batch: enqueue them apart";
+            Err(ConfigError::new("group", group.escape_debug(), allowed).into())
+        }
+        None => Ok(()),
     }
 }
 
@@ -269,6 +250,21 @@ struct Keys {
 }
 
 impl Batch {
+    /// `sql` with the batch's job columns and clock bound as its first 8 parameters, as
+    /// every enqueue statement takes them.
+    fn query<'q>(&'q self, sql: &'q str) -> Query<'q, Postgres, PgArguments> {
+        let a = &self.arrays;
+        sqlx::query(sql)
+            .bind(&a.queues)
+            .bind(&a.payloads)
+            .bind(&a.priorities)
+            .bind(&a.run_at)
+            .bind(&a.delay_ms)
+            .bind(&a.max_attempts)
+            .bind(&a.headers)
+            .bind(self.now)
+    }
+
     fn new(jobs: CheckedJobs, now: Option<Millis>) -> Self {
         let keyed = jobs.iter().any(|j| j.unique.is_some());
         let mut keys = keyed.then(|| Keys {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{Broker, RateLimit};
+use hopper_core::{Broker, Error, RateLimit};
 use hopper_postgres::{PgBroker, PgOptions};
 use hopper_testkit::helpers::{TTL, fetch, race_on_rate_keys, rate_keyed as job, sorted_payloads};
 use sqlx::{Connection, PgConnection};
@@ -32,8 +32,8 @@ async fn brokers_on_two_pools_claim_no_more_than_each_keys_limit() {
 
 /// Rate keys go beside unique keys, ordering keys and groups: every job stored keeps its
 /// rate key, in the insert itself for unique keys, and for ordering keys and groups by a
-/// second statement in the enqueue's transaction (a savepoint within a caller's, whose
-/// rollback leaves nothing). Under 1 an hour per key, the first job of each key starts:
+/// function that stores the jobs and then their keys, in the enqueue's one statement (so a
+/// caller's transaction, begun through sqlx or by hand, is neither needed nor committed). Under 1 an hour per key, the first job of each key starts:
 /// of key `t`, `s` and none.
 #[tokio::test]
 async fn rate_keys_go_beside_unique_and_ordering_keys_and_groups() {
@@ -66,6 +66,12 @@ async fn rate_keys_go_beside_unique_and_ordering_keys_and_groups() {
         .await
         .unwrap();
     tx.rollback().await.unwrap();
+    // A transaction the caller began by hand: the enqueue must not commit it.
+    sqlx::raw_sql("BEGIN").execute(&mut conn).await.unwrap();
+    pg.enqueue_in(&mut conn, vec![job("y", "t").group("gy")])
+        .await
+        .unwrap();
+    sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
     let text = format!(
         "SELECT convert_from(payload, 'UTF8'), rate_key FROM {}.hopper_jobs ORDER BY id",
         pg.schema()
@@ -90,9 +96,31 @@ async fn rate_keys_go_beside_unique_and_ordering_keys_and_groups() {
             ("g2", s),
             ("p3", None)
         ],
-        "u2 answered by u1, x rolled back"
+        "u2 answered by u1, x and y rolled back"
     );
     let got = fetch(&broker, "q", 20, TTL).await;
     assert_eq!(sorted_payloads(&got.jobs), ["o2", "p1", "u1"]);
     let _ = conn.close().await;
+}
+
+/// enqueue_group.sql takes no unique keys: a batch holding both a unique key and a member
+/// of a group is refused by name, storing nothing.
+#[tokio::test]
+async fn unique_keys_beside_group_members_are_refused_by_name() {
+    let (broker, _pg) = broker_with(|o| o.listen(false)).await;
+    let batch = vec![
+        job("u", "").unique_key("u"),
+        job("u", "").unique_key("u"),
+        job("g", "").group("g"),
+    ];
+    let refused = broker.enqueue(batch).await;
+    assert!(
+        matches!(&refused, Err(Error::Config(c)) if c.setting == "group"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        broker.counts("q").await.unwrap().pending,
+        0,
+        "nothing stored"
+    );
 }
