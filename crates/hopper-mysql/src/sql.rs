@@ -262,6 +262,10 @@ statements! {
     RATE_SET = "rate_set.sql";
     /// Lifts it.
     RATE_LIFT = "rate_lift.sql";
+    /// A later read of a claim limited per key: ids and rate keys only (`{priority}`).
+    CLAIM_KEYS = "claim_keys.sql";
+    /// The rows it takes, by id (`{ids}`).
+    CLAIM_BY_IDS = "claim_by_ids.sql";
     /// Marks a queue's limit as one per key.
     RATE_PER_KEY_SET = "rate_per_key_set.sql";
     /// Marks it as one for the whole queue, or lifted.
@@ -392,6 +396,15 @@ pub(crate) fn claim_one(levels: Option<usize>) -> String {
     }
 }
 
+/// A later read of a claim limited per key: over the queue, or its `levels` placeholders.
+pub(crate) fn claim_keys(levels: Option<usize>) -> String {
+    let priority = match levels {
+        None => String::new(),
+        Some(n) => format!("AND priority IN ({})", vec!["?"; n].join(", ")),
+    };
+    CLAIM_KEYS.replace("{priority}", &priority)
+}
+
 /// `template` with the listing placeholders `{after}` and `{order}` expanded for oldest or
 /// newest first.
 pub(crate) fn keyset(template: &str, newest_first: bool) -> String {
@@ -434,9 +447,9 @@ pub(crate) fn probe(n: usize) -> String {
 mod tests {
     use super::{
         COUNTS, COUNTS_BOUNDED, LIST_FINISHED, LIST_LEASED, UNIQUE_MOVE, UNIQUE_TAKE, all,
-        claim_one, enqueue, enqueue_keyed, keyset, list_level, padded, probe, rate_defer,
-        rate_keys_save, settle_update, throughput_add, unique_rows, with_ids, with_pairs,
-        with_triples,
+        claim_keys, claim_one, enqueue, enqueue_keyed, keyset, list_level, padded, probe,
+        rate_defer, rate_keys_save, settle_update, throughput_add, unique_rows, with_ids,
+        with_pairs, with_triples,
     };
 
     #[test]
@@ -494,6 +507,12 @@ mod tests {
         // paused?), the limit.
         assert_eq!(claim_one(None).matches('?').count(), 5);
         assert_eq!(rate_keys_save(3).matches('?').count(), 15);
+        assert_eq!(claim_keys(None).matches('?').count(), 4);
+        let keys_by_levels = claim_keys(Some(2));
+        assert!(
+            keys_by_levels.contains("queue = ? AND priority IN (?, ?) AND run_at"),
+            "{keys_by_levels}"
+        );
         let defer = rate_defer(2);
         assert_eq!(defer.matches("UNION ALL").count(), 1, "{defer}");
         assert_eq!(defer.matches('?').count(), 4, "{defer}");

@@ -208,47 +208,97 @@ pub(crate) async fn claim(
 /// levels), locked by the claim, in its order, their rate keys in `keys`; and of further
 /// reads of the queue, each twice as far as the last, until the budget is filled, the
 /// queue has no more due jobs, or [`DEFER_PER_CLAIM`] jobs were moved (see
-/// [`super::rate_keys`]). Returns the jobs taken, and whether a job read has an ordering
-/// key or a group.
+/// [`super::rate_keys`]). Further reads lock and read ids and keys only; the jobs taken
+/// from them are read whole at the end, so a deep backlog of large payloads is not carried
+/// over the wire while the queue's lock is held. Returns the jobs taken, and whether one
+/// read whole at the end has an ordering key or a group.
 async fn claim_keyed(
     conn: &mut MySqlConnection,
     gate: &mut KeyGate,
-    mut read: Vec<Job>,
+    read: Vec<Job>,
     mut keys: HashMap<JobId, Vec<u8>>,
     (queue, want, levels): (&str, usize, Option<&[i32]>),
     now: Millis,
     id_step: i64,
 ) -> Result<(Vec<Job>, bool), sqlx::Error> {
-    let (mut taken, mut ordered) = (Vec::new(), false);
+    let mut rows: Vec<(JobId, Vec<u8>)> = read
+        .iter()
+        .map(|j| (j.id, keys.remove(&j.id).unwrap_or_default()))
+        .collect();
+    let mut whole: HashMap<JobId, Job> = read.into_iter().map(|j| (j.id, j)).collect();
+    let (mut taken, mut to_read) = (Vec::new(), Vec::new());
     let mut seen: HashSet<JobId> = HashSet::new();
     let (mut asked, mut span) = (want, want);
     loop {
-        let full = read.len() >= asked;
-        let key_of = |id: &JobId| keys.get(id).map_or(&[][..], Vec::as_slice);
-        gate.load(conn, read.iter().map(|j| key_of(&j.id))).await?;
+        let full = rows.len() >= asked;
+        gate.load(conn, rows.iter().map(|(_, key)| key.as_slice()))
+            .await?;
         let moved_before = gate.deferred;
-        for job in read {
-            if taken.len() >= want || gate.capped() {
+        for (id, key) in &rows {
+            if seen.len() >= want || gate.capped() {
                 break;
             }
-            if !seen.contains(&job.id) && gate.admit(job.id, key_of(&job.id), now) {
-                seen.insert(job.id);
-                taken.push(job);
+            if !seen.contains(id) && gate.admit(*id, key, now) {
+                seen.insert(*id);
+                match whole.remove(id) {
+                    Some(job) => taken.push(job),
+                    None => to_read.push(*id),
+                }
             }
         }
         gate.flush(conn).await?;
         let moved = gate.deferred > moved_before;
-        if taken.len() >= want || !full || !moved || gate.capped() {
-            return Ok((taken, ordered));
+        if seen.len() >= want || !full || !moved || gate.capped() {
+            break;
         }
         // The jobs moved are no longer due: read on past them, further each time, as a
         // backlog of one key may fill many reads.
         span = span.saturating_mul(2).min(DEFER_PER_CLAIM);
-        asked = taken.len() + span;
-        let again = candidates(conn, &[(queue, asked, levels)], Some(now), id_step).await?;
-        ordered |= again.ordered;
-        (read, keys) = (again.jobs, again.rate_keys);
+        asked = seen.len() + span;
+        rows = key_rows(conn, (queue, asked, levels), now).await?;
     }
+    let mut ordered = false;
+    for ids in to_read.chunks(MAX_LIST) {
+        let size = padded(ids.len());
+        let text = sql::with_ids(&sql::CLAIM_BY_IDS, size);
+        let mut query = sqlx::query(&text);
+        for i in 0..size {
+            query = query.bind(ids[i.min(ids.len() - 1)].0);
+        }
+        let rows = query.fetch_all(&mut *conn).await?;
+        let read = from_rows(conn, &rows, Some(now), id_step).await?;
+        ordered |= read.ordered;
+        taken.extend(read.jobs);
+    }
+    Ok((taken, ordered))
+}
+
+/// The ids and rate keys (empty for none) of the next due jobs of one budget, locked
+/// (`claim_keys.sql`).
+async fn key_rows(
+    conn: &mut MySqlConnection,
+    (queue, limit, levels): (&str, usize, Option<&[i32]>),
+    now: Millis,
+) -> Result<Vec<(JobId, Vec<u8>)>, sqlx::Error> {
+    let text = sql::claim_keys(levels.map(|l| padded(l.len())));
+    let mut query = sqlx::query(&text).bind(queue);
+    if let Some(levels) = levels {
+        for i in 0..padded(levels.len()) {
+            query = query.bind(levels[i.min(levels.len() - 1)]);
+        }
+    }
+    let rows = query
+        .bind(now)
+        .bind(queue)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let key: Option<Vec<u8>> = row.try_get(1)?;
+            Ok((JobId(row.try_get(0)?), key.unwrap_or_default()))
+        })
+        .collect()
 }
 
 /// Whether `e` is the server refusing the UNION ALL form of a claim (a syntax error, or
@@ -298,11 +348,22 @@ async fn candidates(
             .bind(i64::try_from(*limit).unwrap_or(i64::MAX));
     }
     let rows = query.fetch_all(&mut *conn).await?;
+    from_rows(conn, &rows, now, id_step).await
+}
+
+/// Candidates read with `claim.sql`'s columns, as jobs; a row that cannot be read as a job
+/// is dead-lettered ([`bury`]).
+async fn from_rows(
+    conn: &mut MySqlConnection,
+    rows: &[MySqlRow],
+    now: Option<Millis>,
+    id_step: i64,
+) -> Result<Claimed, sqlx::Error> {
     let mut claimed = Claimed {
         jobs: Vec::with_capacity(rows.len()),
         ..Claimed::default()
     };
-    for row in &rows {
+    for row in rows {
         let key: Option<Vec<u8>> = row.try_get(9)?;
         let group = groups::group_of(row, 11)?;
         if row.try_get::<i64, _>(10)? != 0 {

@@ -9,7 +9,8 @@
 //! that window will have room for it ([`Window::defer`]), so that no claim reads it again
 //! before then. Moved jobs leave the claim short: it reads the queue again, each read
 //! twice as far as the last, until it has its budget, the queue has no more due jobs, or
-//! it has moved [`DEFER_PER_CLAIM`] jobs (`fetch::claim_keyed`). The windows it touched are written
+//! it has moved [`DEFER_PER_CLAIM`] jobs (`fetch::claim_keyed`). Those reads lock and
+//! return ids and keys only; the jobs taken from them are read whole at the end. The windows it touched are written
 //! back before it commits ([`KeyGate::save`]), still under the queue's lock.
 //!
 //! Statements are batched: a read of the windows of the keys a read found, one update for
@@ -17,7 +18,7 @@
 //! spreads the jobs it holds back afresh from their window's next room, so a job held back
 //! again goes first, ahead of those spread after it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use hopper_core::rate::{RateLimit, Window};
 use hopper_core::{JobId, Millis};
@@ -79,8 +80,9 @@ impl KeyGate {
         keys: impl Iterator<Item = &'k [u8]>,
     ) -> Result<(), sqlx::Error> {
         let mut missing: Vec<&[u8]> = Vec::new();
+        let mut asked: HashSet<&[u8]> = HashSet::new();
         for key in keys {
-            if !self.keys.contains_key(key) && !missing.contains(&key) {
+            if !self.keys.contains_key(key) && asked.insert(key) {
                 missing.push(key);
             }
         }
