@@ -231,7 +231,7 @@ async fn claim_keyed(
     let (mut asked, mut span) = (want, want);
     loop {
         let full = rows.len() >= asked;
-        gate.load(conn, rows.iter().map(|(_, key)| key.as_slice()))
+        gate.load(conn, rows.iter().map(|(_, key)| key.as_slice()), now)
             .await?;
         let moved_before = gate.deferred;
         for (id, key) in &rows {

@@ -47,7 +47,7 @@ use crate::sql::{self, fixed, padded};
 
 /// How far past the claim's clock a stored start may lie: more was not written by a claim,
 /// nor by a clock so far out of step, and would hold the queue until it left the window.
-const MAX_LEAD: Millis = 60_000;
+pub(super) const MAX_LEAD: Millis = 60_000;
 
 /// Bytes of one (time, jobs) pair of a stored window.
 const PAIR: usize = 12;

@@ -25,6 +25,7 @@ use hopper_core::{JobId, Millis};
 use sqlx::Row;
 use sqlx::mysql::MySqlConnection;
 
+use super::rate::MAX_LEAD;
 use crate::sql::{self, MAX_LIST, fixed, padded};
 
 /// The most jobs one claim moves back: it bounds the time a claim holds the queue's lock
@@ -73,11 +74,15 @@ impl KeyGate {
         self.deferred >= DEFER_PER_CLAIM
     }
 
-    /// Reads the stored windows of `keys` not read yet; a key without a row starts afresh.
+    /// Reads the stored windows of `keys` not read yet, at the claim's time `now`; a key
+    /// without a row starts afresh. A row no claim would write (one that does not decode,
+    /// or whose latest start lies more than [`MAX_LEAD`] after `now`, which would hold the
+    /// key until then) is logged, naming the queue and key, and starts afresh too.
     pub(super) async fn load<'k>(
         &mut self,
         conn: &mut MySqlConnection,
         keys: impl Iterator<Item = &'k [u8]>,
+        now: Millis,
     ) -> Result<(), sqlx::Error> {
         let mut missing: Vec<&[u8]> = Vec::new();
         let mut asked: HashSet<&[u8]> = HashSet::new();
@@ -95,19 +100,31 @@ impl KeyGate {
             }
             for row in query.fetch_all(&mut *conn).await? {
                 let (key, starts): (Vec<u8>, Vec<u8>) = (row.try_get(0)?, row.try_get(1)?);
-                let window = Window::from_bytes(self.limit, &starts).unwrap_or_else(|why| {
-                    tracing::error!(queue = %self.queue, key = %String::from_utf8_lossy(&key),
-                        reason = %why,
-                        "a stored rate window of a key cannot be read: starting it afresh");
-                    Window::new(self.limit)
-                });
-                self.keys.insert(
-                    key,
-                    Key {
+                let read =
+                    Window::from_bytes(self.limit, &starts).and_then(|w| match w.latest_start() {
+                        Some(t) if t > now.saturating_add(MAX_LEAD) => Err(format!(
+                            "its latest start, at {t} ms, is more than {MAX_LEAD} ms after \
+                             the claim's clock ({now} ms)"
+                        )),
+                        _ => Ok(w),
+                    });
+                let key_entry = match read {
+                    Ok(window) => Key {
                         window,
                         changed: false,
                     },
-                );
+                    Err(why) => {
+                        tracing::error!(queue = %self.queue,
+                            key = %String::from_utf8_lossy(&key), reason = %why,
+                            "a stored rate window of a key cannot be read: starting it afresh");
+                        // Dropped or written back fresh at the end, so it is logged once.
+                        Key {
+                            window: Window::new(self.limit),
+                            changed: true,
+                        }
+                    }
+                };
+                self.keys.insert(key, key_entry);
             }
             for key in chunk {
                 self.keys.entry(key.to_vec()).or_insert_with(|| Key {

@@ -271,3 +271,51 @@ async fn a_database_of_the_previous_version_gains_rate_keys() {
     assert_eq!(stats.rate_limit, Some(per_key(2, HOUR)), "kept");
     let _ = conn.close().await;
 }
+
+/// Key windows another program wrote wrong (bytes that do not decode, a start an hour
+/// ahead of the clock) do not hold their keys: under 1 an hour per key, the claim counts
+/// both from an empty window, takes one job of each, and leaves the rows as it would have
+/// written them.
+#[tokio::test]
+async fn key_windows_written_wrong_start_afresh() {
+    let (broker, url) = broker_with(|o| o.wake_poll(None)).await;
+    broker
+        .set_rate_limit("q", Some(per_key(1, HOUR)))
+        .await
+        .unwrap();
+    let mut conn = MySqlConnection::connect(&url).await.unwrap();
+    let ahead =
+        sqlx::query_scalar::<_, i64>("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+            + HOUR.as_millis() as i64;
+    let mut future = ahead.to_le_bytes().to_vec();
+    future.extend_from_slice(&1u32.to_le_bytes());
+    for (key, starts) in [("torn", vec![1u8, 2, 3]), ("ahead", future)] {
+        sqlx::query("INSERT INTO hopper_rate_keys (queue, rate_key, starts) VALUES ('q', ?, ?)")
+            .bind(key)
+            .bind(starts)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let ids = broker
+        .enqueue(vec![
+            job("t1", "torn"),
+            job("t2", "torn"),
+            job("a1", "ahead"),
+        ])
+        .await
+        .unwrap();
+    let got = fetch(&broker, "q", 10, TTL).await;
+    let mut taken: Vec<JobId> = got.jobs.iter().map(|j| j.id).collect();
+    taken.sort();
+    assert_eq!(taken, [ids[0], ids[2]], "one of each key");
+    assert_eq!(
+        stored_keys(&mut conn, "q").await,
+        [("ahead".to_owned(), 1), ("torn".to_owned(), 1)],
+        "written back from this claim's starts"
+    );
+    let _ = conn.close().await;
+}
