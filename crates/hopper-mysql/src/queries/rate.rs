@@ -42,12 +42,8 @@ use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
 use super::millis;
-use super::rate_keys::KeyGate;
+use super::rate_keys::{KeyGate, MAX_LEAD};
 use crate::sql::{self, fixed, padded};
-
-/// How far past the claim's clock a stored start may lie: more was not written by a claim,
-/// nor by a clock so far out of step, and would hold the queue until it left the window.
-pub(super) const MAX_LEAD: Millis = 60_000;
 
 /// Bytes of one (time, jobs) pair of a stored window.
 const PAIR: usize = 12;

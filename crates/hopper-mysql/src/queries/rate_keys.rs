@@ -25,12 +25,16 @@ use hopper_core::{JobId, Millis};
 use sqlx::Row;
 use sqlx::mysql::MySqlConnection;
 
-use super::rate::MAX_LEAD;
 use crate::sql::{self, MAX_LIST, fixed, padded};
 
 /// The most jobs one claim moves back: it bounds the time a claim holds the queue's lock
 /// when a key has a deep backlog; the next claim goes on from there.
 pub(crate) const DEFER_PER_CLAIM: usize = 4096;
+
+/// How far past the claim's clock a stored start may lie: more was not written by a claim,
+/// nor by a clock so far out of step, and would hold the queue (or key) until it left the
+/// window.
+pub(super) const MAX_LEAD: Millis = 60_000;
 
 /// The most key windows one statement writes (five values each).
 const SAVE_ROWS: usize = 1024;
