@@ -20,7 +20,6 @@ use hopper_bench::measure::{
 };
 use tokio::sync::Notify;
 
-use crate::report::run_lengths;
 use crate::steady;
 
 /// Enqueue calls kept in flight, so the broker is never idle while the next chunk is built
@@ -84,6 +83,15 @@ pub struct LoadArgs {
     #[arg(long, value_name = "N", conflicts_with = "unique_keys",
           value_parser = clap::value_parser!(u64).range(1..))]
     ordering_keys: Option<u64>,
+    /// Give job INDEX the rate key `load-(INDEX mod N)`: with `--rate-limit "…per key"`, to
+    /// measure what a limit per key costs.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    rate_keys: Option<u64>,
+    /// Limit each queue as `hopper work --rate-limit` does (`5000/1s`, or `"500/1s per
+    /// key"`) while the load runs, and lift the limit after. The load waits for every job:
+    /// a limit that holds them back for long ends it at its stall timeout.
+    #[arg(long, value_name = "N/PERIOD", value_parser = crate::queue::parse_limit)]
+    rate_limit: Option<hopper::RateLimit>,
     /// Use a batch handler taking batches of this size.
     #[arg(long)]
     batch: Option<usize>,
@@ -358,6 +366,11 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
     for w in workers {
         all_stats.push(w.shutdown_with(Duration::from_secs(5)).await);
     }
+    if args.rate_limit.is_some() {
+        for q in &args.queues {
+            producer.set_rate_limit(q, None).await?;
+        }
+    }
     let completed = tally.distinct();
     let fetches: u64 = all_stats.iter().map(|s| s.fetches).sum();
     let fetched: u64 = all_stats.iter().map(|s| s.fetched_jobs).sum();
@@ -405,7 +418,7 @@ pub async fn run(url: &str, args: LoadArgs) -> Result<ExitCode> {
             serde_json::to_string(&report).map_err(|e| Error::Encode(e.to_string()))?
         );
     } else {
-        print_table(&report);
+        crate::report::print_load(&report);
     }
     Ok(if report.lost == 0 {
         ExitCode::SUCCESS
@@ -422,10 +435,14 @@ async fn enqueue(producer: &Arc<dyn Broker>, args: &LoadArgs) -> Result<f64> {
     for i in 0..args.jobs {
         let queue = &args.queues[i % args.queues.len()];
         let job = NewJob::json(queue, &(i, micros_now()))?;
-        chunk.push(match (args.unique_keys, args.ordering_keys) {
+        let job = match (args.unique_keys, args.ordering_keys) {
             (true, _) => job.unique_key(format!("load-{i}")),
             (false, Some(n)) => job.ordering_key(format!("load-{}", i as u64 % n)),
             (false, None) => job,
+        };
+        chunk.push(match args.rate_keys {
+            Some(n) => job.rate_key(format!("load-{}", i as u64 % n)),
+            None => job,
         });
         if chunk.len() == ENQUEUE_CHUNK || i + 1 == args.jobs {
             if in_flight.len() == ENQUEUE_IN_FLIGHT {
@@ -451,6 +468,9 @@ fn build_worker(
         .max_batch(args.max_batch);
     if let Some(p) = args.prefetch {
         opts = opts.prefetch(p);
+    }
+    if let Some(limit) = args.rate_limit {
+        opts = opts.rate_limit(limit);
     }
     let job_ms = args.job_ms;
     let mut builder = Worker::builder(broker);
@@ -498,51 +518,6 @@ fn build_worker(
     }
     builder.check()?;
     Ok(builder)
-}
-
-fn print_table(r: &Report) {
-    println!("broker          {}", r.broker);
-    println!("jobs            {}", r.jobs);
-    println!("completed       {}", r.completed);
-    println!("lost            {}", r.lost);
-    println!("duplicates      {}", r.duplicates);
-    println!(
-        "workers         {} × concurrency {} (prefetch {})",
-        r.workers, r.concurrency, r.prefetch
-    );
-    if r.enqueue_s > 0.0 {
-        println!(
-            "enqueue         {:.3} s ({:.0} jobs/s)",
-            r.enqueue_s,
-            r.jobs as f64 / r.enqueue_s
-        );
-    } else {
-        println!("enqueue         none (--prefilled)");
-    }
-    println!("drain           {:.3} s", r.drain_s);
-    println!("throughput      {:.0} jobs/s", r.jobs_per_s);
-    if let Some(cpu) = r.cpu_us_per_job {
-        println!("cpu             {cpu:.2} µs per job (this process, drain only)");
-    }
-    if let Some(switches) = r.switches_per_job {
-        println!("switches        {switches:.2} per job (context switches, drain only)");
-    }
-    println!(
-        "fetches         {} ({:.1} jobs per fetch)",
-        r.fetches, r.jobs_per_fetch
-    );
-    println!("settlements     {} round trips", r.settle_calls);
-    println!(
-        "pool tasks      {} started ({:.1} jobs per hand-off, {} hand-offs on the event loop)",
-        r.pool_tasks_started, r.jobs_per_handoff, r.inline_handoffs
-    );
-    println!(
-        "latency         p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (enqueue to start)",
-        r.latency_ms.p50, r.latency_ms.p99, r.latency_ms.max
-    );
-    let shown: Vec<u32> = r.batch_sizes.iter().take(40).copied().collect();
-    let more = if r.batch_sizes.len() > 40 { " …" } else { "" };
-    println!("batch sizes     {}{more}", run_lengths(&shown));
 }
 
 #[cfg(test)]

@@ -70,6 +70,52 @@ pub fn run_lengths(sizes: &[u32]) -> String {
     out.join(" ")
 }
 
+/// Prints a load's report as the table `hopper load` shows without `--json`.
+pub fn print_load(r: &hopper_bench::load::Report) {
+    println!("broker          {}", r.broker);
+    println!("jobs            {}", r.jobs);
+    println!("completed       {}", r.completed);
+    println!("lost            {}", r.lost);
+    println!("duplicates      {}", r.duplicates);
+    println!(
+        "workers         {} × concurrency {} (prefetch {})",
+        r.workers, r.concurrency, r.prefetch
+    );
+    if r.enqueue_s > 0.0 {
+        println!(
+            "enqueue         {:.3} s ({:.0} jobs/s)",
+            r.enqueue_s,
+            r.jobs as f64 / r.enqueue_s
+        );
+    } else {
+        println!("enqueue         none (--prefilled)");
+    }
+    println!("drain           {:.3} s", r.drain_s);
+    println!("throughput      {:.0} jobs/s", r.jobs_per_s);
+    if let Some(cpu) = r.cpu_us_per_job {
+        println!("cpu             {cpu:.2} µs per job (this process, drain only)");
+    }
+    if let Some(switches) = r.switches_per_job {
+        println!("switches        {switches:.2} per job (context switches, drain only)");
+    }
+    println!(
+        "fetches         {} ({:.1} jobs per fetch)",
+        r.fetches, r.jobs_per_fetch
+    );
+    println!("settlements     {} round trips", r.settle_calls);
+    println!(
+        "pool tasks      {} started ({:.1} jobs per hand-off, {} hand-offs on the event loop)",
+        r.pool_tasks_started, r.jobs_per_handoff, r.inline_handoffs
+    );
+    println!(
+        "latency         p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (enqueue to start)",
+        r.latency_ms.p50, r.latency_ms.p99, r.latency_ms.max
+    );
+    let shown: Vec<u32> = r.batch_sizes.iter().take(40).copied().collect();
+    let more = if r.batch_sizes.len() > 40 { " …" } else { "" };
+    println!("batch sizes     {}{more}", run_lengths(&shown));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,12 +1,12 @@
 //! Rate limits and groups through the commands alone, on SQLite: a limit set by an
 //! operator and one set by `hopper work --rate-limit` hold across processes, and one per
-//! key lets each tenant's job through and moves the rest; a group
-//! enqueued with `--group`, sealed and worked completes once, with its dead named.
+//! key lets each tenant's job through and moves the rest, as a load over rate keys does; a
+//! group enqueued with `--group`, sealed and worked completes once, with its dead named.
 
 use std::time::Duration;
 
 use crate::operate::{ok, start_work, stats, stop, wait_for_stats};
-use crate::support::{hopper, sqlite_url};
+use crate::support::{assert_each_ran_once, hopper, load_json, sqlite_url};
 
 /// The `--json` stats of `queue`.
 fn stats_json(url: &str, queue: &str) -> serde_json::Value {
@@ -147,6 +147,32 @@ fn rate_limits_per_key_through_the_commands() {
     let mut ran: Vec<&str> = ran.lines().filter(|l| !l.is_empty()).collect();
     ran.sort();
     assert_eq!(ran, [r#"{"tenant":"a"}"#, r#"{"tenant":"b"}"#]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `hopper load --rate-keys 3 --rate-limit "2/1h per key"`: 6 jobs over 3 keys all start
+/// at once (without the keys they would share one window of 2 and the load would stall),
+/// and the limit is lifted after.
+#[test]
+fn a_load_spreads_its_jobs_over_rate_keys_and_lifts_its_limit() {
+    let (url, dir) = sqlite_url("load_rate_keys");
+    let report = load_json(&[
+        "load",
+        "--broker",
+        &url,
+        "--jobs",
+        "6",
+        "--rate-keys",
+        "3",
+        "--rate-limit",
+        "2/1h per key",
+        "--json",
+    ]);
+    assert_each_ran_once(&report, 6);
+    assert_eq!(
+        stats_json(&url, "load")["rate_limit"],
+        serde_json::Value::Null
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
