@@ -95,6 +95,7 @@ macro_rules! broker_suite {
             ordered_keys,
             rate_limits,
             rate_limits_per_key,
+            rate_limits_per_key_read_past_a_backlog,
             groups,
         );
 

@@ -1,6 +1,6 @@
 //! Rate limits per key on MySQL/MariaDB, beyond the shared suite: brokers on two pools race
-//! on one queue's key windows and claim no more than each key's limit between them; a deep
-//! backlog of one key is read past; a claim moves at most 4,096 jobs and says the queue is
+//! on one queue's key windows and claim no more than each key's limit between them; a claim
+//! moves at most 4,096 jobs and says the queue is
 //! due again at once; rate keys go beside the other keys and groups; a limit changed to
 //! one for the whole queue forgets the key windows, and idle windows are dropped; and a
 //! database of the previous version gains the tables and the column.
@@ -68,46 +68,6 @@ async fn brokers_on_two_pools_claim_no_more_than_each_keys_limit() {
     let shown = broker.queue_stats("q").await.unwrap().rate_limit;
     assert_eq!(shown, Some(limit), "set through the other");
     let _ = conn.close().await;
-}
-
-/// 50 jobs of key `a` come before 5 of `b`, under 2 an hour per key. One fetch of 10 reads
-/// past `a`'s backlog, each read further than the last, and takes `a`'s first 2 and `b`'s
-/// first 2; `a`'s other 48 and `b`'s other 3 move an hour on for each 2 of them.
-#[tokio::test]
-async fn a_deep_backlog_of_one_key_is_read_past() {
-    let (broker, _url) = broker_with(|o| o.wake_poll(None)).await;
-    broker
-        .set_rate_limit("q", Some(per_key(2, HOUR)))
-        .await
-        .unwrap();
-    let mut jobs: Vec<NewJob> = (0..50).map(|i| job(&format!("a{i}"), "a")).collect();
-    jobs.extend((0..5).map(|i| job(&format!("b{i}"), "b")));
-    let ids = broker.enqueue(jobs).await.unwrap();
-    let got = fetch(&broker, "q", 10, TTL).await;
-    let mut taken: Vec<JobId> = got.jobs.iter().map(|j| j.id).collect();
-    taken.sort();
-    assert_eq!(taken, [ids[0], ids[1], ids[50], ids[51]]);
-    let counts = broker.counts("q").await.unwrap();
-    assert_eq!((counts.pending, counts.scheduled), (0, 51));
-    let start = broker
-        .job(ids[0])
-        .await
-        .unwrap()
-        .unwrap()
-        .started_at
-        .unwrap();
-    let hour = HOUR.as_millis() as i64;
-    let mut offsets = Vec::new();
-    for &id in [&ids[2..6], &ids[48..50], &ids[52..55]].concat().iter() {
-        let record = broker.job(id).await.unwrap().unwrap();
-        offsets.push((record.job.run_at - start) / hour);
-    }
-    assert_eq!(offsets, [1, 1, 2, 2, 24, 24, 1, 1, 2]);
-    assert_eq!(
-        got.next_due,
-        Some(start + hour),
-        "the first room of either key"
-    );
 }
 
 /// A claim moves at most 4,096 jobs: behind 4,200 jobs of key `a`, limited to 1 an hour per
