@@ -5,7 +5,9 @@
 --
 -- hopper_rate_claim_pass reads up to p_read due jobs of the queue in claim order, locked,
 -- and in one statement:
--- - evaluates each key's window once (`win`), and ranks each key's jobs against its room:
+-- - evaluates each key's window once (`win`; this claim's starts are added to it as
+--   hopper_rate_window adds them, without reading its pairs again), and ranks each key's
+--   jobs against its room:
 --   a key's first `room` jobs start, the rest are held back;
 -- - cuts the read in claim order where p_want jobs have started or p_cap were held back
 --   (`done`), as the walk stopped;
@@ -47,7 +49,7 @@ BEGIN
         ) AS c
     ),
     win AS MATERIALIZED (
-        SELECT d.key, w.max, w.per_ms, w.at, w.n, greatest(w.max - w.used, 0) AS room,
+        SELECT d.key, w.max, w.per_ms, w.at, w.n, w.used, greatest(w.max - w.used, 0) AS room,
                k.booked_at, k.booked_n
         FROM (SELECT DISTINCT cand.key FROM cand) AS d
         LEFT JOIN {schema}.hopper_rate_keys AS k ON k.queue = p_queue AND k.key = d.key
@@ -75,28 +77,46 @@ BEGIN
         WHERE c.took_before < p_want AND c.held_before < p_cap
     ),
     per_key AS MATERIALIZED (
-        SELECT w.key, nw.max, nw.per_ms, nw.at, nw.n, h.held,
-               CASE WHEN p_cont AND w.booked_at >= e.earliest THEN w.booked_at
+        SELECT a.key, a.max, a.per_ms, a.at, a.n, a.held,
+               CASE WHEN p_cont AND a.booked_at >= e.earliest THEN a.booked_at
                     ELSE e.earliest END AS base,
-               CASE WHEN p_cont AND w.booked_at >= e.earliest THEN w.booked_n
+               CASE WHEN p_cont AND a.booked_at >= e.earliest THEN a.booked_n
                     ELSE 0 END AS booked
-        FROM win AS w
-        JOIN (SELECT done.key,
-                     count(*) FILTER (WHERE done.takes) AS took,
-                     count(*) FILTER (WHERE NOT done.takes) AS held
-              FROM done
-              GROUP BY done.key) AS h ON h.key = w.key
-        CROSS JOIN LATERAL {schema}.hopper_rate_window(
-            w.max, w.per_ms, w.at, w.n, p_now, h.took) AS nw
-        -- When enough of the oldest starts (this claim's included) leave for one more.
+        FROM (
+            -- Each key's window with this claim's starts, recorded as hopper_rate_window
+            -- records them (at the end of their slot of 1/256 of the period, joined to the
+            -- last pair when that is in the same slot or later) without reading the pairs
+            -- again.
+            SELECT w.key, w.max, w.per_ms, w.booked_at, w.booked_n, h.held,
+                   w.used + h.took AS used,
+                   CASE WHEN h.took = 0 OR w.at[cardinality(w.at)] >= s.slot THEN w.at
+                        ELSE w.at || s.slot END AS at,
+                   CASE WHEN h.took = 0 THEN w.n
+                        WHEN w.at[cardinality(w.at)] >= s.slot
+                            THEN w.n[1:(cardinality(w.n) - 1)]
+                                 || (w.n[cardinality(w.n)] + h.took)::int
+                        ELSE w.n || h.took::int END AS n
+            FROM win AS w
+            JOIN (SELECT done.key,
+                         count(*) FILTER (WHERE done.takes) AS took,
+                         count(*) FILTER (WHERE NOT done.takes) AS held
+                  FROM done
+                  GROUP BY done.key) AS h ON h.key = w.key
+            CROSS JOIN LATERAL (
+                SELECT (p_now + g.ms - 1) / g.ms * g.ms AS slot
+                FROM (SELECT greatest(w.per_ms / 256, 1) AS ms) AS g
+            ) AS s
+        ) AS a
+        -- For a key that held jobs back: when enough of the oldest starts (this claim's
+        -- included) leave for one more.
         CROSS JOIN LATERAL (
-            SELECT greatest(coalesce((
-                SELECT p.t + nw.per_ms
+            SELECT CASE WHEN a.held = 0 THEN p_now + 1 ELSE greatest(coalesce((
+                SELECT p.t + a.per_ms
                 FROM (SELECT u.t, u.i, sum(u.c) OVER (ORDER BY u.i) AS gone
-                      FROM unnest(nw.at, nw.n) WITH ORDINALITY AS u(t, c, i)) AS p
-                WHERE nw.used - p.gone < nw.max
+                      FROM unnest(a.at, a.n) WITH ORDINALITY AS u(t, c, i)) AS p
+                WHERE a.used - p.gone < a.max
                 ORDER BY p.i
-                LIMIT 1), p_now), p_now + 1) AS earliest
+                LIMIT 1), p_now), p_now + 1) END AS earliest
         ) AS e
     ),
     saved AS (
