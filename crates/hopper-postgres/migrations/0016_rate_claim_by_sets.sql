@@ -13,21 +13,25 @@
 --   (`done`), as the walk stopped;
 -- - gives the j-th job a key holds back the time its window has room for it: the next
 --   room (when enough of its oldest starts leave, counting this claim's), then `max` jobs
---   a period, as hopper_core::rate::Window::defer spreads them. With p_cont, a key whose
---   last booking (this claim's earlier pass, or a claim before) lies at or after that
---   room goes on from it;
+--   a period, as hopper_core::rate::Window::defer spreads them. A key an earlier pass of
+--   the same claim handled (p_seen) goes on from that pass's booking when it lies at or
+--   after that room; any other key's booking, left by an earlier claim, is spread afresh;
 -- - writes each key's window and booking in one upsert, and the jobs in two UPDATEs;
--- - returns the jobs started, then one row with a NULL id carrying, in order, the jobs it
---   held back (`priority`), the earliest time it gave one (`run_at`), the jobs it started
---   (`attempt`) and the jobs it read (`max_attempts`).
+-- - returns the jobs started, then one row with a NULL id carrying the jobs it held back
+--   (`priority`), the earliest time it gave one (`run_at`), the jobs it started
+--   (`attempt`), the jobs it read (`max_attempts`) and the keys it handled (`headers`, a
+--   text[] literal).
 --
 -- hopper_rate_claim_keyed keeps its signature and its answer (the jobs, then one row with
 -- a NULL id whose run_at is the earliest time given). It locks the queue's limits row and
 -- sweeps idle windows as before, then reads the budget's worth of jobs: when every key
 -- has room that is the claim. Only when that read was full and held jobs back does it
--- read again, past them, as far as the budget and the 4,096 moves allow.
+-- read again, past them, each read twice as far as the last, until the budget is full,
+-- 4,096 jobs were moved, or the queue has no more due jobs. (One read of everything the
+-- budget and the moves allow locked and evaluated up to 4,096 jobs whenever a key was
+-- full: 29-34 ms a call where the walk took 2-10 ms.)
 CREATE FUNCTION {schema}.hopper_rate_claim_pass(
-    p_queue text, p_want integer, p_read integer, p_cap integer, p_cont boolean,
+    p_queue text, p_want integer, p_read integer, p_cap integer, p_seen text[],
     p_now bigint, p_max integer, p_per bigint, p_lease bigint, p_ttl bigint
 ) RETURNS TABLE (id bigint, queue text, payload bytea, priority integer, run_at bigint,
                  attempt integer, max_attempts integer, headers text, created_at bigint)
@@ -78,9 +82,9 @@ BEGIN
     ),
     per_key AS MATERIALIZED (
         SELECT a.key, a.max, a.per_ms, a.at, a.n, a.held,
-               CASE WHEN p_cont AND a.booked_at >= e.earliest THEN a.booked_at
+               CASE WHEN a.key = ANY (p_seen) AND a.booked_at >= e.earliest THEN a.booked_at
                     ELSE e.earliest END AS base,
-               CASE WHEN p_cont AND a.booked_at >= e.earliest THEN a.booked_n
+               CASE WHEN a.key = ANY (p_seen) AND a.booked_at >= e.earliest THEN a.booked_n
                     ELSE 0 END AS booked
         FROM (
             -- Each key's window with this claim's starts, recorded as hopper_rate_window
@@ -160,7 +164,7 @@ BEGIN
            (SELECT min(moved.run_at) FROM moved),
            (SELECT count(*) FROM done WHERE done.takes)::integer,
            (SELECT count(*) FROM cand)::integer,
-           NULL::text, NULL::bigint;
+           (SELECT array_agg(per_key.key) FROM per_key)::text, NULL::bigint;
 END
 $$;
 
@@ -181,6 +185,7 @@ DECLARE
     pass_moved integer;
     pass_read integer;
     to_read integer := p_n;
+    seen text[] := '{}';
     next_at bigint;
 BEGIN
     SELECT * INTO lim FROM {schema}.hopper_rate_limits AS l
@@ -199,13 +204,14 @@ BEGIN
     LOOP
         FOR r IN
             SELECT * FROM {schema}.hopper_rate_claim_pass(
-                p_queue, p_n - took, to_read, 4096 - moved, took + moved > 0, now_ms,
+                p_queue, p_n - took, to_read, 4096 - moved, seen, now_ms,
                 greatest(lim.max, 1), greatest(lim.per_ms, 1), p_lease, p_ttl) AS x
         LOOP
             IF r.id IS NULL THEN
                 pass_moved := r.priority;
                 pass_took := r.attempt;
                 pass_read := r.max_attempts;
+                seen := seen || coalesce(r.headers::text[], '{}');
                 next_at := least(next_at, r.run_at);
             ELSE
                 id := r.id;
@@ -223,8 +229,8 @@ BEGIN
         took := took + pass_took;
         moved := moved + pass_moved;
         EXIT WHEN took >= p_n OR moved >= 4096 OR pass_moved = 0 OR pass_read < to_read;
-        -- The jobs held back are no longer due: read on past them.
-        to_read := (p_n - took) + (4096 - moved);
+        -- The jobs held back are no longer due: read on past them, further each time.
+        to_read := least(to_read * 2, (p_n - took) + (4096 - moved));
     END LOOP;
     RETURN QUERY
     SELECT NULL::bigint, p_queue, NULL::bytea, NULL::integer, next_at,

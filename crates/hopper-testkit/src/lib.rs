@@ -96,6 +96,7 @@ macro_rules! broker_suite {
             rate_limits,
             rate_limits_per_key,
             rate_limits_per_key_read_past_a_backlog,
+            rate_limits_per_key_spread_afresh_each_claim,
             groups,
         );
 

@@ -50,7 +50,10 @@ pub use inspect::{cancel, purge_removes_every_state};
 pub use leases::{expiry_on_final_attempt, lease_expiry_and_fencing, lease_renewal};
 pub use ordering::{ordered_keys, ordered_keys_racing_claimers};
 pub use rate::{rate_limit_racing_claimers, rate_limits};
-pub use rate_keys::{rate_limits_per_key, rate_limits_per_key_read_past_a_backlog};
+pub use rate_keys::{
+    rate_limits_per_key, rate_limits_per_key_read_past_a_backlog,
+    rate_limits_per_key_spread_afresh_each_claim,
+};
 pub use registry::workers_and_throughput;
 pub use settle::{
     dead_letters, payloads_survive_every_return, release_is_attempt_neutral, retry_counts_attempts,

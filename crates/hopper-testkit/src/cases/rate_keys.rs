@@ -130,18 +130,10 @@ pub async fn rate_limits_per_key(broker: Arc<dyn Broker>) {
 /// other 3 move an hour on for each 2 of them, in claim order, whatever reads the broker
 /// made to get there (PostgreSQL and MySQL read twice).
 pub async fn rate_limits_per_key_read_past_a_backlog(broker: Arc<dyn Broker>) {
-    if !broker.capabilities().rate_limits_per_key {
-        skip(
-            "rate_limits_per_key_read_past_a_backlog",
-            "needs Capabilities::rate_limits_per_key",
-        );
+    let hour = Duration::from_secs(3600);
+    if !limit_per_key(&broker, "rate_limits_per_key_read_past_a_backlog", 2, hour).await {
         return;
     }
-    let hour = Duration::from_secs(3600);
-    broker
-        .set_rate_limit("q", Some(RateLimit::new(2, hour).unwrap().per_key()))
-        .await
-        .unwrap();
     let mut jobs: Vec<NewJob> = (0..50).map(|i| job(&format!("a{i}"), "a")).collect();
     jobs.extend((0..5).map(|i| job(&format!("b{i}"), "b")));
     let ids = broker.enqueue(jobs).await.unwrap();
@@ -165,4 +157,60 @@ pub async fn rate_limits_per_key_read_past_a_backlog(broker: Arc<dyn Broker>) {
     // slot of its window (PostgreSQL: 1/256 of the period), which is that much later.
     let due = got.next_due.expect("the held-back jobs' first room") - start;
     assert!((hour..=hour + hour / 256).contains(&due), "{due} ms");
+}
+
+/// Each claim spreads the jobs it holds back from their key's next room, whatever an
+/// earlier claim booked: under 1 an hour per key, a first fetch takes `x0` and `a1` and
+/// moves `a2` and `a3` to 1 h and 2 h. Half an hour on, a fetch of 1 finds `y` (key `x`,
+/// first in priority) full and reads on to `b` (key `a`, full too): `b` goes to `a`'s next
+/// room, 1 h after `a1` started, not behind the 2 h the first claim booked.
+pub async fn rate_limits_per_key_spread_afresh_each_claim(broker: Arc<dyn Broker>) {
+    let hour = Duration::from_secs(3600);
+    if !limit_per_key(
+        &broker,
+        "rate_limits_per_key_spread_afresh_each_claim",
+        1,
+        hour,
+    )
+    .await
+    {
+        return;
+    }
+    let first = vec![
+        job("x0", "x"),
+        job("a1", "a"),
+        job("a2", "a"),
+        job("a3", "a"),
+    ];
+    let ids = broker.enqueue(first).await.unwrap();
+    let got = fetch(&broker, "q", 10, TTL).await;
+    assert_eq!(got.jobs.len(), 2, "x0 and a1");
+    let t0 = record(&broker, ids[1]).await.started_at.unwrap();
+    advance(hour / 2).await;
+    let later = vec![job("y", "x").priority(9), job("b", "a").priority(5)];
+    let later = broker.enqueue(later).await.unwrap();
+    let got = fetch(&broker, "q", 1, TTL).await;
+    assert!(got.jobs.is_empty(), "both keys are full");
+    let hour = hour.as_millis() as i64;
+    let mut at = Vec::new();
+    for id in [ids[2], ids[3], later[0], later[1]] {
+        at.push((record(&broker, id).await.job.run_at - t0) / (hour / 4));
+    }
+    assert_eq!(
+        at,
+        [4, 8, 4, 4],
+        "a2, a3, y and b in quarter hours after a1 started"
+    );
+}
+
+/// Limits queue `q` to `max` jobs per `per` for each rate key; on a broker without limits
+/// per key, skips `case` and says false.
+async fn limit_per_key(broker: &Arc<dyn Broker>, case: &str, max: u32, per: Duration) -> bool {
+    if !broker.capabilities().rate_limits_per_key {
+        skip(case, "needs Capabilities::rate_limits_per_key");
+        return false;
+    }
+    let limit = RateLimit::new(max, per).unwrap().per_key();
+    broker.set_rate_limit("q", Some(limit)).await.unwrap();
+    true
 }
