@@ -191,9 +191,11 @@ impl Window {
     /// limit was lowered, or the window's starts were spread over several claims) is
     /// deferred again. Brokers start each claim's deferrals afresh
     /// ([`set_booked`](Self::set_booked)`(None)`): a job deferred again goes to the next
-    /// room, not behind the jobs an earlier claim spread ahead of it.
+    /// room, not behind the jobs an earlier claim spread ahead of it. The time is always
+    /// after `now`, so that the job lands among the delayed jobs, not back in reach of
+    /// the claim that deferred it.
     pub fn defer(&mut self, now: Millis) -> Millis {
-        let earliest = self.next_room().unwrap_or(now).max(now);
+        let earliest = self.next_room().unwrap_or(now).max(now.saturating_add(1));
         let per = self.limit.per_ms();
         let (slot, n) = match self.booked {
             Some((t, n)) if t >= earliest && n < self.limit.max => (t, n + 1),

@@ -73,7 +73,7 @@ impl KeyGate {
         if entry.window.room(now) > 0 {
             return Ok(Some(key));
         }
-        let at = entry.window.defer(now).max(now + 1);
+        let at = entry.window.defer(now);
         entry.changed = true;
         conn.prepare_cached(sql::DEFER_JOB)?
             .execute(params![job.0, at])?;

@@ -80,8 +80,7 @@ pub(super) fn claim(
             take(job);
             taken += 1;
         } else {
-            // Past `now`, so that it lands among the delayed jobs, not back in reach.
-            job.run_at = window.defer(now).max(now + 1);
+            job.run_at = window.defer(now);
             q.push(job, now);
             deferred += 1;
         }

@@ -150,7 +150,7 @@ impl KeyGate {
             entry.window.started(1, now);
             return true;
         }
-        let at = entry.window.defer(now).max(now + 1);
+        let at = entry.window.defer(now);
         self.moves.push((id.0, at));
         self.deferred += 1;
         false
