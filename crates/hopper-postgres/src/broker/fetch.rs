@@ -87,7 +87,7 @@ impl PgBroker {
             }
         }
         for (queue, asked) in keyed {
-            // Queues limited per key: claimed job by job against their keys' windows.
+            // Queues limited per key: claimed against their keys' windows (0016).
             let (more, due, more_unreadable) = self
                 .claim_keyed(&mut held, &queue, asked, now, lease, ttl)
                 .await?;
