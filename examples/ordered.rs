@@ -1,6 +1,8 @@
 //! Ordered keys on the memory broker: each customer's events run one at a time and in the
 //! order they were enqueued, even when one fails and is retried, while different customers
-//! run side by side on 8 slots.
+//! run side by side on 8 slots. Then the same with `retries_hold_key(false)`: a failed
+//! event steps aside, so the customer's later events run during its backoff, still one at
+//! a time, and the failed one runs again after them.
 //!
 //! `cargo run -p hopper --example ordered`
 
@@ -11,6 +13,15 @@ use hopper::{JobContext, JobError, NewJob, QueueOptions, RetryPolicy, Worker};
 
 #[tokio::main]
 async fn main() -> hopper::Result<()> {
+    println!("-- retries hold their key (the default)");
+    run(true).await?;
+    println!("-- retries_hold_key(false): a failed event steps aside");
+    run(false).await
+}
+
+/// Runs twelve events of three customers, Ben's second failing once, and prints the order
+/// each customer's events completed in.
+async fn run(hold_key: bool) -> hopper::Result<()> {
     let broker = hopper::connect("memory://").await?;
 
     // Three customers, four events each, enqueued interleaved in one batch.
@@ -28,17 +39,20 @@ async fn main() -> hopper::Result<()> {
     let worker = Worker::builder(broker.clone())
         .poll_interval(Duration::from_millis(20))
         .retry(RetryPolicy {
-            base: Duration::from_millis(50),
+            base: Duration::from_millis(200),
             ..RetryPolicy::default()
         })
         .queue(
             "events",
-            QueueOptions::new().concurrency(8),
+            QueueOptions::new()
+                .concurrency(8)
+                .retries_hold_key(hold_key),
             move |job: JobContext<(String, u32)>| {
                 let seen = seen.clone();
                 async move {
                     let (customer, event) = job.payload;
-                    // Ben's second event fails once: his third and fourth wait for it.
+                    // Ben's second event fails once: his third and fourth wait for it, or
+                    // run during its backoff when it steps aside.
                     if customer == "ben" && event == 2 && job.job.attempt == 1 {
                         println!("{customer} event {event}: failed, retrying");
                         return Err(JobError::retry("upstream busy"));

@@ -49,8 +49,9 @@ pub struct EnqueueArgs {
     )]
     unique_for: String,
     /// An ordering key: jobs of the queue with the same key run one at a time, in the
-    /// order they were enqueued (from standard input: in line order).
-    #[arg(long, value_name = "KEY", conflicts_with = "unique_key")]
+    /// order they were enqueued (from standard input: in line order). A job with a
+    /// unique key too takes its place on the key only when it is stored.
+    #[arg(long, value_name = "KEY")]
     ordering_key: Option<String>,
     /// A group: the jobs join it, and once it is sealed (`hopper group seal`) and every
     /// member has settled, its completion job is enqueued.

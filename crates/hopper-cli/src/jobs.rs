@@ -206,7 +206,7 @@ fn record_text(r: &JobRecord) -> String {
     }
     if let Some(key) = &r.ordering_key {
         let waits = match r.blocked {
-            true => "  (waits for an earlier job of the key)",
+            true => "  (waits for its turn on the key)",
             false => "",
         };
         out += &format!("ordering key {key}{waits}\n");

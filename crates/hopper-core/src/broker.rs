@@ -78,6 +78,14 @@ pub enum Outcome {
         delay: Duration,
         /// The error of this attempt, kept as the job's last error.
         error: String,
+        /// For a job with an ordering key: whether it steps aside while it waits, letting
+        /// the key's next jobs run meanwhile ([`QueueOptions::retries_hold_key`]). It then
+        /// runs again, before the jobs still waiting, once its time has come and the job
+        /// of its key that runs then has ended. Brokers without ordering keys, and jobs
+        /// without one, ignore it.
+        ///
+        /// [`QueueOptions::retries_hold_key`]: crate::QueueOptions::retries_hold_key
+        step_aside: bool,
     },
     /// Kept aside with its error, for inspection and replay.
     DeadLetter {

@@ -20,9 +20,11 @@
 //! (and each job's key, which their lease then reports). A batch with keys locks its keys'
 //! rows of `hopper_ordering` in key order, reads each key's first unfinished job, and
 //! stores its jobs waiting or not; when a job of a key that could run ends, the same
-//! transaction locks the key's row, reads the key's first unfinished job and lets it run.
-//! Each reads after the other committed, so neither misses what the other did (see
-//! `queries::ordering`). Plain enqueues are the plain `INSERT`, and
+//! transaction locks the key's row, reads the key's next job (its first unfinished one,
+//! passing over failed jobs that stepped aside and are not due yet) and lets it run. A
+//! retry that steps aside moves its job behind the key under the same lock, when other
+//! jobs of the key wait, and lets the next run. Each reads after the other committed, so
+//! neither misses what the other did (see `queries::ordering`). Plain enqueues are the plain `INSERT`, and
 //! settlements under a lease whose claim took no job with a key are the statements they
 //! were. Heartbeats delete the rows of keys without jobs, as they do lapsed holds.
 //!

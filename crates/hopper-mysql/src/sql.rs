@@ -136,8 +136,14 @@ statements! {
     ORDERING_LOCK = "ordering_lock.sql";
     /// The first unfinished job of each of the named ordering keys.
     ORDERING_HEADS = "ordering_heads.sql";
-    /// Lets the named jobs, each its key's first unfinished one, run.
+    /// The job each of the named ordering keys lets run next.
+    ORDERING_NEXT = "ordering_next.sql";
+    /// Lets the named jobs, each its key's next, run.
     ORDERING_UNBLOCK = "ordering_unblock.sql";
+    /// The named jobs stepping aside whose key has another unfinished job.
+    ORDERING_ASIDE = "ordering_aside.sql";
+    /// Moves the named jobs stepping aside behind their key.
+    ORDERING_BLOCK = "ordering_block.sql";
     /// The dead letters with an ordering key among the named jobs.
     ORDERING_DEAD = "ordering_dead.sql";
     /// The dead letters with an ordering key among a queue's oldest.

@@ -1,5 +1,7 @@
--- Kinds: 0 ack, 1 retry, 2 dead letter, 3 release, 4 cancel, 5 snooze. A snooze is a
--- retry after $4's delay that charges no attempt (as a release) and records no error.
+-- Kinds: 0 ack, 1 retry, 2 dead letter, 3 release, 4 cancel, 5 snooze, 6 retry stepping
+-- aside. A snooze is a retry after $4's delay that charges no attempt (as a release) and
+-- records no error. A retry stepping aside is a retry whose job, when it has an ordering
+-- key, then lets the key's next job run (`stepped`, 0017_retries_step_aside.sql).
 -- Returns each settled job's id, and a NULL for each of `grouped` and `unblocked` that put
 -- a job in reach of the workers (who are then woken).
 --
@@ -35,11 +37,11 @@ acked AS (
 changed AS (
     UPDATE {schema}.hopper_jobs AS t
     SET state = CASE s.kind WHEN 0 THEN 2 WHEN 2 THEN 3 WHEN 4 THEN 4 ELSE 0 END,
-        run_at = CASE WHEN s.kind IN (1, 5) THEN now.ms + s.delay_ms ELSE t.run_at END,
+        run_at = CASE WHEN s.kind IN (1, 5, 6) THEN now.ms + s.delay_ms ELSE t.run_at END,
         attempt = CASE WHEN s.kind IN (3, 5) THEN greatest(t.attempt - 1, 0) ELSE t.attempt END,
-        last_error = CASE WHEN s.kind IN (1, 2) THEN s.error ELSE t.last_error END,
+        last_error = CASE WHEN s.kind IN (1, 2, 6) THEN s.error ELSE t.last_error END,
         -- A history that is not an array (another program wrote it) starts over.
-        errors = CASE WHEN s.kind IN (1, 2) THEN jsonb_path_query_array(
+        errors = CASE WHEN s.kind IN (1, 2, 6) THEN jsonb_path_query_array(
             CASE jsonb_typeof(t.errors) WHEN 'array' THEN t.errors ELSE '[]'::jsonb END
                 || jsonb_build_array(jsonb_build_object(
                        'attempt', t.attempt, 'at', now.ms, 'error', coalesce(
@@ -54,7 +56,8 @@ changed AS (
       AND t.id = s.id AND t.state + 0 = 1 AND t.lease_id = s.lease
     RETURNING t.id, t.queue,
               CASE WHEN t.state >= 2 THEN t.ordering_key END AS ordering_key,
-              CASE WHEN t.state >= 2 THEN t.group_name END AS group_name, t.state
+              CASE WHEN t.state >= 2 THEN t.group_name END AS group_name, t.state,
+              CASE WHEN s.kind = 6 AND t.ordering_key IS NOT NULL THEN t.id END AS aside
 ),
 grouped AS (
     SELECT {schema}.hopper_group_count(e.names, e.states, e.ids, $6::bigint, $11::text) AS fired
@@ -68,13 +71,19 @@ grouped AS (
     WHERE e.names IS NOT NULL
 ),
 unblocked AS (
-    SELECT {schema}.hopper_unblock(e.queues, e.keys) AS n
+    SELECT {schema}.hopper_unblock(e.queues, e.keys, $6::bigint) AS n
     FROM (SELECT array_agg(k.queue) AS queues, array_agg(k.ordering_key) AS keys
           FROM (SELECT queue, ordering_key FROM acked WHERE ordering_key IS NOT NULL
                 UNION ALL
                 SELECT queue, ordering_key FROM changed
                 WHERE ordering_key IS NOT NULL) AS k) AS e
     WHERE e.keys IS NOT NULL
+),
+stepped AS (
+    -- The retry's own time: the server's clock, read again, would have moved on.
+    SELECT {schema}.hopper_step_aside(e.ids, (SELECT ms FROM now)) AS n
+    FROM (SELECT array_agg(aside) AS ids FROM changed WHERE aside IS NOT NULL) AS e
+    WHERE e.ids IS NOT NULL
 )
 SELECT id FROM acked
 UNION ALL
@@ -83,3 +92,5 @@ UNION ALL
 SELECT NULL FROM grouped WHERE fired > 0
 UNION ALL
 SELECT NULL FROM unblocked WHERE CASE WHEN n > 0 THEN pg_notify($11, '') IS NOT NULL END
+UNION ALL
+SELECT NULL FROM stepped WHERE CASE WHEN n > 0 THEN pg_notify($11, '') IS NOT NULL END

@@ -27,6 +27,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0014_rate_keys.sql"),
     include_str!("../migrations/0015_rate_keys_beside_lines.sql"),
     include_str!("../migrations/0016_rate_claim_by_sets.sql"),
+    include_str!("../migrations/0017_retries_step_aside.sql"),
 ];
 
 /// The schema version this build needs: the number of its migrations.

@@ -21,6 +21,7 @@ macro_rules! statements {
 statements!(
     enqueue,
     enqueue_unique,
+    enqueue_unique_ordered,
     enqueue_rated,
     enqueue_ordered_rated,
     enqueue_ordered,

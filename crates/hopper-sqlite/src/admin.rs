@@ -233,7 +233,7 @@ pub(crate) fn redrive(
                 lines.extend(Line::of_row(row)?);
             }
             drop(rows);
-            ordering::redriven(conn, &lines)?;
+            ordering::redriven(conn, &lines, now)?;
             changed
         }
         Redrive::Discard => conn

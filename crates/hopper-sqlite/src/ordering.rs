@@ -88,25 +88,31 @@ pub(crate) fn own_time(stored: Millis, pending: bool) -> (Millis, bool) {
     }
 }
 
-/// Unblocks the next job of `line`, whose head just ended; returns whether there was one
-/// waiting.
-pub(crate) fn head_ended(conn: &Connection, line: &Line) -> rusqlite::Result<bool> {
+/// Unblocks the next job of `line`, whose head just ended or stepped aside, at `now`;
+/// returns whether there was one waiting.
+pub(crate) fn head_ended(conn: &Connection, line: &Line, now: Millis) -> rusqlite::Result<bool> {
     let unblocked = conn.prepare_cached(sql::UNBLOCK_NEXT)?.execute(params![
         Text(&line.queue),
         Text(&line.key),
-        BLOCKED
+        BLOCKED,
+        now
     ])?;
     Ok(unblocked > 0)
 }
 
-/// Unblocks the heads ended by a statement that returned `queue, ordering_key` rows (the
-/// reaper's, a burial's): whether any job was unblocked.
-pub(crate) fn heads_ended(conn: &Connection, ended: &[Line]) -> rusqlite::Result<bool> {
-    let mut unblocked = false;
-    for line in ended {
-        unblocked |= head_ended(conn, line)?;
+/// After job `id` was retried at `now` with [`Outcome::Retry`]'s `step_aside`: blocks it
+/// when other jobs of its ordering key wait, and unblocks the key's next one, which may be
+/// itself. Nothing for a job without a key. Returns whether a job was unblocked.
+pub(crate) fn step_aside(conn: &Connection, id: i64, now: Millis) -> rusqlite::Result<bool> {
+    let line = conn
+        .prepare_cached(sql::STEP_ASIDE)?
+        .query_row(params![id, BLOCKED], Line::of_row)
+        .optional()?
+        .flatten();
+    match line {
+        Some(line) => head_ended(conn, &line, now),
+        None => Ok(false),
     }
-    Ok(unblocked)
 }
 
 /// A row's line and group, as the `_ORDERED` settlements return them.
@@ -157,7 +163,10 @@ pub(crate) fn settle_ended(
     let Some((line, group)) = ended.optional()? else {
         return Ok(None);
     };
-    let mut woke = heads_ended(conn, line.as_slice())?;
+    let mut woke = match &line {
+        Some(line) => head_ended(conn, line, now)?,
+        None => false,
+    };
     if let Some(group) = group {
         woke |= groups::member_ended(conn, &group, id, how, now)?;
     }
@@ -166,13 +175,17 @@ pub(crate) fn settle_ended(
 
 /// After a re-drive put dead letters of `lines` back blocked (`RETRY_DEAD`), unblocks the
 /// first job of each of those keys that has no head.
-pub(crate) fn redriven(conn: &Connection, lines: &BTreeSet<Line>) -> rusqlite::Result<()> {
+pub(crate) fn redriven(
+    conn: &Connection,
+    lines: &BTreeSet<Line>,
+    now: Millis,
+) -> rusqlite::Result<()> {
     if lines.is_empty() {
         return Ok(());
     }
     let mut unblock = conn.prepare_cached(sql::UNBLOCK_REDRIVEN)?;
     for line in lines {
-        unblock.execute(params![Text(&line.queue), Text(&line.key), BLOCKED])?;
+        unblock.execute(params![Text(&line.queue), Text(&line.key), BLOCKED, now])?;
     }
     Ok(())
 }

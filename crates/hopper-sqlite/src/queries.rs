@@ -238,7 +238,7 @@ fn reap(conn: &Connection, now: Millis) -> rusqlite::Result<bool> {
     let mut woke = false;
     for (line, id, group) in died {
         if let Some(line) = line {
-            woke |= ordering::head_ended(conn, &line)?;
+            woke |= ordering::head_ended(conn, &line, now)?;
         }
         if let Some(group) = group {
             woke |= groups::member_ended(conn, &group, id, Ended::Dead, now)?;
@@ -264,10 +264,14 @@ pub(crate) fn settle(
         let (id, lease) = (s.job.0, s.lease.0);
         let changed = match &s.outcome {
             Outcome::Ack => ack.execute(params![id, lease])?,
-            Outcome::Retry { delay, error } => {
+            Outcome::Retry {
+                delay,
+                error,
+                step_aside,
+            } => {
                 let delay = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
                 let run_at = now.saturating_add(delay);
-                conn.prepare_cached(sql::SETTLE_RETRY)?.execute(params![
+                let changed = conn.prepare_cached(sql::SETTLE_RETRY)?.execute(params![
                     id,
                     lease,
                     run_at,
@@ -275,7 +279,11 @@ pub(crate) fn settle(
                     now,
                     bounded_error(error),
                     HISTORY
-                ])?
+                ])?;
+                if changed > 0 && *step_aside {
+                    ordering::step_aside(conn, id, now)?;
+                }
+                changed
             }
             Outcome::DeadLetter { error } => conn
                 .prepare_cached(sql::SETTLE_DEAD_LETTER)?
@@ -365,7 +373,7 @@ pub(crate) fn cancel(
     if let Some((line, run_at, group)) = cancelled {
         // A job that was not blocked was its key's head.
         let mut woke = match line {
-            Some(line) if !ordering::is_blocked(run_at) => ordering::head_ended(conn, &line)?,
+            Some(line) if !ordering::is_blocked(run_at) => ordering::head_ended(conn, &line, now)?,
             _ => false,
         };
         if let Some(group) = group {

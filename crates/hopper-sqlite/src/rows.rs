@@ -89,7 +89,7 @@ impl Unreadable {
             return Ok(false);
         };
         let mut woke = match line {
-            Some(line) => ordering::head_ended(conn, &line)?,
+            Some(line) => ordering::head_ended(conn, &line, now)?,
             None => false,
         };
         if let Some(group) = group {

@@ -11,7 +11,7 @@ use crate::sql::MIGRATIONS;
 
 /// Prepared statements kept per connection: more than the broker has (`sql`), so none is
 /// evicted, and an operator call or a job with a unique key never costs a claim a prepare.
-pub(crate) const STATEMENT_CACHE: usize = 100;
+pub(crate) const STATEMENT_CACHE: usize = 128;
 
 /// Opens `path`, creating it if needed, in WAL mode with `synchronous = NORMAL`, and brings
 /// its schema up to date. Every error names the path.

@@ -40,6 +40,8 @@ statements! {
     INSERT_KEYED_JOB = "insert_keyed_job.sql";
     /// The same for a job with an ordering key, stored blocked behind a job of its key.
     INSERT_ORDERED_JOB = "insert_ordered_job.sql";
+    /// The same for a job with a unique key too.
+    INSERT_UNIQUE_ORDERED_JOB = "insert_unique_ordered_job.sql";
     /// The same for a member of a group, which keeps its group until it is counted.
     INSERT_MEMBER_JOB = "insert_member_job.sql";
     /// Dead-letters jobs whose lease expired on their last allowed attempt; returns each
@@ -108,6 +110,9 @@ statements! {
     UNBLOCK_NEXT = "unblock_next.sql";
     /// Unblocks the first job of an ordering key that has no head, after a re-drive.
     UNBLOCK_REDRIVEN = "unblock_redriven.sql";
+    /// Blocks a job with an ordering key that was just retried, stepping aside for the
+    /// next jobs of its key, when any wait.
+    STEP_ASIDE = "step_aside.sql";
     /// A job's state and lease.
     JOB_LEASE = "job_lease.sql";
     /// One job's full record.
@@ -430,7 +435,7 @@ mod tests {
     }
 
     /// A job with an ordering key finds its key's pending and leased jobs, and an ended
-    /// head the key's next job, by the key in the ordering index (one descent, however many
+    /// head (or one that stepped aside) the key's next job, by the key in the ordering index (one descent, however many
     /// jobs wait on the key or died of it); a job with a key ends by its id, as one
     /// without does.
     #[test]
@@ -438,17 +443,30 @@ mod tests {
         let by_key = "SEARCH hopper_jobs USING INDEX hopper_jobs_ordering \
                       (queue=? AND ordering_key=?)";
         let by_id = "SEARCH hopper_jobs USING INTEGER PRIMARY KEY (rowid=?)";
+        // The next job: the first by id, else (subqueries 3 and 2) the first due.
+        let next: &[&str] = &[
+            by_id,
+            "SCALAR SUBQUERY 1",
+            by_key,
+            "SCALAR SUBQUERY 3",
+            by_key,
+            "SCALAR SUBQUERY 2",
+            by_key,
+        ];
         let expected: &[(&str, &[&str])] = &[
             ("INSERT_ORDERED_JOB", &["SCALAR SUBQUERY 1", by_key]),
-            ("UNBLOCK_NEXT", &[by_id, "SCALAR SUBQUERY 1", by_key]),
+            ("INSERT_UNIQUE_ORDERED_JOB", &["SCALAR SUBQUERY 1", by_key]),
+            ("UNBLOCK_NEXT", next),
             (
                 "UNBLOCK_REDRIVEN",
+                &[next, &["SCALAR SUBQUERY 4", by_key]].concat(),
+            ),
+            (
+                "STEP_ASIDE",
                 &[
                     by_id,
-                    "SCALAR SUBQUERY 1",
-                    by_key,
-                    "SCALAR SUBQUERY 2",
-                    by_key,
+                    "CORRELATED SCALAR SUBQUERY 1",
+                    "SEARCH o USING INDEX hopper_jobs_ordering (queue=? AND ordering_key=?)",
                 ],
             ),
             ("SETTLE_ACK_ORDERED", &[by_id]),

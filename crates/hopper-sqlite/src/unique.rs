@@ -33,8 +33,9 @@ pub(crate) type SweepCursor = Option<(String, String)>;
 /// every other job is inserted as [`queries::enqueue`] does and, with a key, takes it,
 /// over a stale holder if there was one. A stored job with a key keeps it in its row too
 /// (`INSERT_KEYED_JOB`), for its record, after the hold ends. A job with an ordering key
-/// (never with a unique one too) is inserted by `INSERT_ORDERED_JOB`, blocked behind the
-/// pending and leased jobs of its key; a member of a group (never with a key of either
+/// is inserted by `INSERT_ORDERED_JOB` (`INSERT_UNIQUE_ORDERED_JOB` with a unique key too),
+/// blocked behind the pending and leased jobs of its key, those stored earlier in the
+/// batch included: a duplicate, never stored, holds no place on its key; a member of a group (never with a key of either
 /// kind) by `INSERT_MEMBER_JOB`, with its group. A job with a rate key is given it by
 /// `SET_RATE_KEY` after its insert, whichever statement inserted it.
 ///
@@ -94,7 +95,13 @@ pub(crate) fn enqueue(
             done.push(Enqueued::existing(JobId(holder)));
             continue;
         }
-        let id = store::insert_job(&mut insert_keyed, job, now, &[&unique.key])?;
+        let id = match &job.ordering_key {
+            Some(key) => {
+                let insert = conn.prepare_cached(sql::INSERT_UNIQUE_ORDERED_JOB);
+                store::insert_job(&mut insert?, job, now, &[key, &BLOCKED, &unique.key])?
+            }
+            None => store::insert_job(&mut insert_keyed, job, now, &[&unique.key])?,
+        };
         take.execute(params![
             job.queue,
             unique.key,

@@ -99,7 +99,7 @@ impl AmqpBroker {
                 match s.outcome {
                     Outcome::Ack | Outcome::Cancel => acks.push((s.job, tag)),
                     Outcome::Release => releases.push((s.job, tag)),
-                    Outcome::Retry { delay, error } => {
+                    Outcome::Retry { delay, error, .. } => {
                         let job = held.copy.to_job(&sub.queue);
                         retry_targets.push(Later {
                             id: s.job,

@@ -41,6 +41,7 @@ async fn make_dead(s: &Setup, n: usize) -> Vec<u64> {
         outcome: Outcome::Retry {
             delay: Duration::ZERO,
             error: "first try".into(),
+            step_aside: false,
         },
     };
     b.settle(first.iter().map(retry).collect()).await.unwrap();

@@ -173,7 +173,8 @@ fn unique_keys_print_the_holder() {
 }
 
 /// `--ordering-key`: lines from standard input with one key wait one behind the other, in
-/// line order; `jobs show` says which waits; the key does not go with `--unique-key`.
+/// line order; `jobs show` says which waits; with `--unique-key` too, a duplicate is
+/// answered with the job holding the key.
 #[test]
 fn ordering_keys_queue_lines_in_order() {
     let (url, dir) = sqlite_url("enqueue_ordered");
@@ -191,16 +192,26 @@ fn ordering_keys_queue_lines_in_order() {
     let text = hopper(&["--broker", &url, "jobs", "show", ids[1]]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
-        text.contains("ordering key acct-9  (waits for an earlier job of the key)"),
+        text.contains("ordering key acct-9  (waits for its turn on the key)"),
         "{text}"
     );
-    let (code, out, err) = enqueue(
-        &url,
-        &["q", "4", "--ordering-key", "k", "--unique-key", "u"],
-        "",
+    // With a unique key too: stored once, heading its own key; a duplicate is not stored.
+    let both = ["q", "4", "--ordering-key", "k", "--unique-key", "u"];
+    let (code, out, err) = enqueue(&url, &both, "");
+    assert_eq!(code, Some(0), "{err}");
+    let id = out.trim().to_owned();
+    let rec = show(&id);
+    assert_eq!(
+        (&rec["ordering_key"], &rec["unique_key"], &rec["blocked"]),
+        (
+            &serde_json::json!("k"),
+            &serde_json::json!("u"),
+            &serde_json::json!(false)
+        )
     );
-    assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
-    assert!(err.contains("--unique-key"), "{err}");
+    let (code, again, err) = enqueue(&url, &both, "");
+    assert_eq!((code, again.trim()), (Some(0), id.as_str()), "{err}");
+    assert!(err.contains("already holds unique key `u`"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }
 

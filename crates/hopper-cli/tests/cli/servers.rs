@@ -45,13 +45,13 @@ fn migrate_then_load_on_postgres() {
     let url = postgres_url(&schema);
     let err = refused(&["load", "--broker", &url, "--jobs", "10"]);
     assert!(
-        err.contains("is at version 0 but this build needs 16: run `hopper migrate --broker"),
+        err.contains("is at version 0 but this build needs 17: run `hopper migrate --broker"),
         "{err}"
     );
 
     let out = hopper(&["migrate", "--broker", &url]);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 16 migrations"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 17 migrations"));
     let out = hopper(&["migrate", "--broker", &url]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("schema up to date"));
 

@@ -1,7 +1,7 @@
 //! New jobs checked once, in core, before any broker sees them.
 
 use super::{Limits, NewJob};
-use crate::error::{ConfigError, Result};
+use crate::error::Result;
 
 /// New jobs that passed [`NewJob::validate`], as [`Broker::enqueue`](crate::Broker::enqueue) hands them to
 /// [`Broker::enqueue_checked`](crate::Broker::enqueue_checked): a broker stores them without checking them again.
@@ -19,15 +19,10 @@ impl CheckedJobs {
     }
 
     /// Checks each job within a broker's `limits`; the first that fails is the error, and
-    /// no job is accepted. A batch may not mix ordering keys and unique keys.
+    /// no job is accepted.
     pub fn check_within(jobs: Vec<NewJob>, limits: &Limits) -> Result<Self> {
         for job in &jobs {
             job.validate_within(limits)?;
-        }
-        let ordered = jobs.iter().find_map(|j| j.ordering_key.as_deref());
-        if let Some(key) = ordered.filter(|_| jobs.iter().any(|j| j.unique.is_some())) {
-            let allowed = "no job with a unique key in the same batch: enqueue them apart";
-            return Err(ConfigError::new("ordering_key", key.escape_debug(), allowed).into());
         }
         Ok(CheckedJobs(jobs))
     }

@@ -162,10 +162,6 @@ impl NewJob {
                 let allowed = format!("1 to {MAX_ORDERING_KEY} bytes, no NUL");
                 return Err(ConfigError::new("ordering_key", key.escape_debug(), allowed).into());
             }
-            if self.unique.is_some() {
-                let allowed = "no unique key on the same job";
-                return Err(ConfigError::new("ordering_key", key.escape_debug(), allowed).into());
-            }
         }
         if let Some(key) = &self.rate_key {
             if key.is_empty() || key.len() > MAX_ORDERING_KEY || key.contains('\0') {

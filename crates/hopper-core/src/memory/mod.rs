@@ -287,10 +287,17 @@ impl Broker for MemoryBroker {
                 job.lease = LeaseId(0);
                 match s.outcome {
                     Outcome::Ack => unreachable!("settled above"),
-                    Outcome::Retry { delay, error } => {
+                    Outcome::Retry {
+                        delay,
+                        error,
+                        step_aside,
+                    } => {
                         st.record_error(&job, &error, now);
                         job.run_at = now + delay.as_millis() as i64;
-                        st.queue(&job.queue).push(job, now);
+                        match step_aside {
+                            true => st.step_aside(job, now),
+                            false => st.queue(&job.queue).push(job, now),
+                        }
                         requeued = true;
                     }
                     Outcome::DeadLetter { error } => requeued |= st.dead_letter(job, error, now),

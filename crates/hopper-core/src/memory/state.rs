@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::groups::Ended;
+use super::ordering::{Lines, Unblock};
 use super::queue::MemQueue;
 use crate::admin::{AttemptError, ERROR_HISTORY, bounded_error};
 use crate::broker::{JobRecord, JobState};
@@ -28,7 +29,7 @@ pub(super) struct State {
     /// Unique keys and their holders.
     pub(super) holds: super::unique::Holds,
     /// Ordering keys and their unfinished jobs.
-    pub(super) lines: super::ordering::Lines,
+    pub(super) lines: Lines,
     /// Groups and their unsettled members.
     pub(super) groups: super::groups::Groups,
     /// The windows of rate-limited queues; for a limit per key, the limit only.
@@ -267,9 +268,28 @@ impl State {
     /// Takes a job that completed, died, was cancelled or purged off its key, and unblocks
     /// the key's next job: whether one was.
     pub(super) fn leave_line(&mut self, id: JobId, now: Millis) -> bool {
-        let Some((queue, next, stored)) = self.lines.leave(id) else {
-            return false;
+        match self.lines.leave(id, now) {
+            Some(next) => self.unblock(next, now),
+            None => false,
+        }
+    }
+
+    /// Puts back a job that failed and waits for its retry at its `run_at`, stepping
+    /// aside for the next jobs of its ordering key ([`Lines::step_aside`]).
+    pub(super) fn step_aside(&mut self, mut job: Job, now: Millis) {
+        let Some((stored, next)) = self.lines.step_aside(job.id, job.run_at, now) else {
+            self.queue(&job.queue).push(job, now);
+            return;
         };
+        job.run_at = stored;
+        self.queue(&job.queue).push(job, now);
+        if let Some(next) = next {
+            self.unblock(next, now);
+        }
+    }
+
+    /// Moves a blocked job of a queue back to its own time: whether it was there.
+    fn unblock(&mut self, (queue, next, stored): Unblock, now: Millis) -> bool {
         let Some(q) = self.queues.get_mut(&queue) else {
             return false;
         };

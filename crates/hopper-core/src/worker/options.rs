@@ -17,6 +17,7 @@ pub struct QueueOptions {
     pub(crate) batch: Option<(usize, Duration)>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) rate_limit: Option<crate::RateLimit>,
+    pub(crate) retries_hold_key: bool,
 }
 
 impl Default for QueueOptions {
@@ -29,6 +30,7 @@ impl Default for QueueOptions {
             batch: None,
             timeout: None,
             rate_limit: None,
+            retries_hold_key: true,
         }
     }
 }
@@ -89,6 +91,18 @@ impl QueueOptions {
     /// [`Capabilities::rate_limits`](crate::Capabilities::rate_limits).
     pub fn rate_limit(mut self, limit: crate::RateLimit) -> Self {
         self.rate_limit = Some(limit);
+        self
+    }
+
+    /// Whether a failed job with an [ordering key](crate::NewJob::ordering_key) holds its
+    /// key while it waits for its retry. On by default: the key's next job waits for it,
+    /// so the key's jobs finish in enqueue order whatever fails. Off, the failed job steps
+    /// aside: the key's next jobs run meanwhile, still one at a time, and the failed job
+    /// runs again once its retry time has come and the job of its key running then has
+    /// ended, before the jobs still waiting. Snoozed and released jobs keep their key
+    /// either way, and so does a job whose lease expired.
+    pub fn retries_hold_key(mut self, hold: bool) -> Self {
+        self.retries_hold_key = hold;
         self
     }
 

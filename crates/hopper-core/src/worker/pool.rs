@@ -286,6 +286,9 @@ pub(crate) struct PoolContext {
     pub(crate) polls: Vec<PollGauge>,
     /// Per queue: how long one attempt may run ([`QueueOptions::timeout`]).
     pub(crate) timeouts: Vec<Option<Duration>>,
+    /// Per queue: whether a failed job keeps its ordering key while it waits
+    /// ([`QueueOptions::retries_hold_key`]).
+    pub(crate) holds_keys: Vec<bool>,
     /// Leases given up without a word from the broker, when the worker keeps them.
     pub(crate) expired: Option<Arc<Expired>>,
     pub(crate) retry: RetryPolicy,
@@ -336,6 +339,7 @@ pub(crate) fn outcome_of(
     (attempt, max_attempts): (u32, u32),
     result: Result<JobResult, String>,
     retry: &RetryPolicy,
+    holds_key: bool,
 ) -> Outcome {
     let (kind, message) = match result {
         Ok(Ok(())) => return Outcome::Ack,
@@ -350,6 +354,7 @@ pub(crate) fn outcome_of(
         ErrorKind::Retry(after) => Outcome::Retry {
             delay: after.unwrap_or_else(|| retry.delay(attempt)),
             error: message,
+            step_aside: !holds_key,
         },
     }
 }
@@ -425,7 +430,7 @@ pub(crate) async fn run_handoff<H: OneHandler>(
                     }
                     None => run_limited(fut, limit, watch).await,
                 };
-                outcome_of(attempts, result, &ctx.retry)
+                outcome_of(attempts, result, &ctx.retry, ctx.holds_keys[handoff.queue])
             }
             Ok(Err(error)) => Outcome::DeadLetter { error },
             Err(panic) => {
@@ -436,7 +441,12 @@ pub(crate) async fn run_handoff<H: OneHandler>(
                     gauge.polled(ran);
                     gauge.finished(ran);
                 }
-                outcome_of(attempts, Err(panic_message(panic)), &ctx.retry)
+                outcome_of(
+                    attempts,
+                    Err(panic_message(panic)),
+                    &ctx.retry,
+                    ctx.holds_keys[handoff.queue],
+                )
             }
         };
         let took = if timed {
@@ -502,7 +512,12 @@ async fn run_batch(ctx: &PoolContext, queue: usize, jobs: Vec<Job>, since: Insta
                 done.push(Done {
                     id: job.id,
                     lease: job.lease,
-                    outcome: outcome_of((job.attempt, job.max_attempts), Ok(r), &ctx.retry),
+                    outcome: outcome_of(
+                        (job.attempt, job.max_attempts),
+                        Ok(r),
+                        &ctx.retry,
+                        ctx.holds_keys[queue],
+                    ),
                     took,
                 });
             }
@@ -524,6 +539,7 @@ async fn run_batch(ctx: &PoolContext, queue: usize, jobs: Vec<Job>, since: Insta
                         (job.attempt, job.max_attempts),
                         Err(error.clone()),
                         &ctx.retry,
+                        ctx.holds_keys[queue],
                     ),
                     took,
                 });

@@ -67,7 +67,7 @@ pub(crate) async fn reap(
         moved += query.execute(&mut *conn).await?.rows_affected();
     }
     let fired = groups::ended(conn, dead, now, id_step).await?;
-    let unblocked = ordering::unblock(conn, lines).await?;
+    let unblocked = ordering::unblock(conn, lines, now).await?;
     Ok(Reaped {
         moved,
         unblocked: unblocked || fired,
@@ -392,7 +392,7 @@ async fn from_rows(
                 }
                 if let Some(key) = key {
                     let line = (row.try_get_unchecked(1)?, key);
-                    ordering::unblock(conn, vec![line]).await?;
+                    ordering::unblock(conn, vec![line], now).await?;
                 }
             }
         }

@@ -156,7 +156,9 @@ pub(crate) async fn cancel_ordered(
                 None => false,
             };
             let unblocked = match line {
-                Some(line) if !is_blocked(run_at) => ordering::unblock(conn, vec![line]).await?,
+                Some(line) if !is_blocked(run_at) => {
+                    ordering::unblock(conn, vec![line], now).await?
+                }
                 _ => false,
             };
             Ok((CancelOutcome::Cancelled, unblocked || fired))

@@ -12,23 +12,38 @@
 //!   the batch has its key;
 //! - a transaction in which a job that could run ends (acknowledged, dead-lettered or
 //!   cancelled, by a settlement, the reaper, a cancel or a claim that buries it) changes
-//!   that job's row, then locks its key's row, reads the key's head and unblocks it if it
-//!   waits ([`unblock`]). A waiting job that ends (a cancel) leaves the key's runnable job
-//!   in place: it locks its own row only.
+//!   that job's row, then locks its key's row, reads the job the key lets run next and
+//!   unblocks it if it waits ([`unblock`]). A waiting job that ends (a cancel) leaves the
+//!   key's runnable job in place: it locks its own row only;
+//! - a settlement that puts a job back for its retry and steps it aside
+//!   (`Outcome::Retry::step_aside`) changes the job's row as any retry does, then locks
+//!   its key's row; when the key has another unfinished job, it moves the job behind the
+//!   key, blocked as a job enqueued behind it is, and lets the key's next job run as when
+//!   a job ends ([`settled`]). Alone on its key, the job keeps it, as a plain retry does.
 //!
-//! So a key's unfinished jobs all wait but one. Each read of a head is a statement of its
-//! own made after the key's row was granted: in READ COMMITTED it sees everything the
-//! transactions that held the row before committed. An enqueue that finds the runnable job
-//! still there while a settlement is ending it stores its job blocked, and the settlement,
-//! which takes the key's row after it, then finds that job and unblocks it; one that comes
-//! after the settlement finds the job gone and whatever it unblocked. Enqueues of one key
+//! The job a key lets run next (`ordering_next.sql`) is its first unfinished job by id,
+//! passing over the jobs that stepped aside and whose own time has not come; when every
+//! job of the key is such, the one whose time comes first. So a job that stepped aside
+//! runs again before the jobs still waiting once its time has come and the job running
+//! then has ended, and never while another job of its key runs. A stepped-aside job is told
+//! by its row alone: it waits and was claimed before (`attempt` above 0), while a job
+//! enqueued behind its key, or re-driven, has attempt 0. Without jobs stepped aside, the
+//! next job is the head, read in one dive as before.
+//!
+//! So a key's unfinished jobs all wait but one. Each read of a head or of a next job is a
+//! statement of its own made after the key's row was granted: in READ COMMITTED it sees
+//! everything the transactions that held the row before committed. An enqueue that finds
+//! the runnable job still there while a settlement is ending it (or stepping it aside)
+//! stores its job blocked, and the settlement, which takes the key's row after it, then
+//! finds that job and unblocks it (or steps aside for it); one that comes after the
+//! settlement finds the job gone, or behind its key, and whatever it unblocked. Enqueues of one key
 //! take turns on its row and insert after taking it, so ids within a key follow commit
 //! order. Locks are taken in one order, a job's row before its key's: an enqueue holds
 //! keys and waits for no job, so it and a settlement never deadlock on each other.
 //!
 //! The one race outside the key's row is a cancel of a waiting job, which locks only that
-//! job: an unblock that picked it waits for the cancel, finds it gone, and reads the head
-//! again. Deadlocks remain possible in rare interleavings (a re-drive and a settlement that
+//! job: an unblock that picked it waits for the cancel, finds it gone, and reads the next
+//! job again; a job stepping aside behind it alone finds itself the next job, and runs. Deadlocks remain possible in rare interleavings (a re-drive and a settlement that
 //! named a dead letter, the gap locks of new key rows): each transaction runs again (see
 //! `broker`).
 //!
@@ -40,7 +55,7 @@
 
 use std::collections::HashSet;
 
-use hopper_core::job::{BLOCKED, is_blocked};
+use hopper_core::job::{BLOCKED, earlier_with_key, is_blocked};
 use hopper_core::{Enqueued, LeaseId, Millis, NewJob};
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
@@ -84,7 +99,8 @@ fn sorted(mut lines: Vec<Line>) -> Vec<Line> {
     lines
 }
 
-/// A key's head as `ordering_heads.sql` reads it.
+/// A key's head as `ordering_heads.sql` reads it, or the job it lets run next as
+/// `ordering_next.sql` does (the same columns).
 struct Head {
     id: i64,
     line: Line,
@@ -108,15 +124,13 @@ impl Head {
     }
 }
 
-/// `text` with `size` (queue, key) pairs bound from `chunk`, padded with copies of its
+/// A statement with its values, as sqlx builds it.
+type Query<'q> = sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>;
+
+/// `query` with `size` (queue, key) pairs bound from `chunk`, padded with copies of its
 /// last line: a lock's second insert of it finds the first and changes nothing, and a list
 /// names it once all the same.
-fn bound<'q>(
-    text: &'q str,
-    chunk: &'q [Line],
-    size: usize,
-) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
-    let mut query = sqlx::query(text);
+fn bound<'q>(mut query: Query<'q>, chunk: &'q [Line], size: usize) -> Query<'q> {
     for i in 0..size {
         let (queue, key) = chunk.get(i).unwrap_or(&chunk[chunk.len() - 1]);
         query = query.bind(queue.as_str()).bind(key.as_slice());
@@ -129,7 +143,9 @@ async fn lock(conn: &mut MySqlConnection, lines: &[Line]) -> Result<(), sqlx::Er
     for chunk in lines.chunks(MAX_LIST) {
         let size = padded(chunk.len());
         let text = sql::with_pairs(&sql::ORDERING_LOCK, size);
-        bound(&text, chunk, size).execute(&mut *conn).await?;
+        bound(sqlx::query(&text), chunk, size)
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(())
 }
@@ -140,7 +156,30 @@ async fn heads(conn: &mut MySqlConnection, lines: &[Line]) -> Result<Vec<Head>, 
     for chunk in lines.chunks(MAX_LIST) {
         let size = padded_tuples(chunk.len());
         let text = sql::with_pairs(&sql::ORDERING_HEADS, size);
-        for row in bound(&text, chunk, size).fetch_all(&mut *conn).await? {
+        for row in bound(sqlx::query(&text), chunk, size)
+            .fetch_all(&mut *conn)
+            .await?
+        {
+            found.push(Head::from_row(&row)?);
+        }
+    }
+    Ok(found)
+}
+
+/// The job each of `lines`, whose rows the caller locked, lets run next at `now`.
+async fn next_jobs(
+    conn: &mut MySqlConnection,
+    lines: &[Line],
+    now: Option<Millis>,
+) -> Result<Vec<Head>, sqlx::Error> {
+    let mut found = Vec::new();
+    for chunk in lines.chunks(MAX_LIST) {
+        let size = padded_tuples(chunk.len());
+        let text = sql::with_pairs(&sql::ORDERING_NEXT, size);
+        for row in bound(sqlx::query(&text).bind(now), chunk, size)
+            .fetch_all(&mut *conn)
+            .await?
+        {
             found.push(Head::from_row(&row)?);
         }
     }
@@ -150,7 +189,8 @@ async fn heads(conn: &mut MySqlConnection, lines: &[Line]) -> Result<Vec<Head>, 
 /// Takes in the jobs of an enqueue, inside its transaction and before they are inserted:
 /// locks the rows of their keys and reads each key's head. Says, for each job in order,
 /// whether it is stored blocked: its key has an unfinished job, or an earlier job of the
-/// batch has its key.
+/// batch has its key. A job whose unique key an earlier job of the batch has is never
+/// stored, so it takes no place on its key.
 pub(crate) async fn enter(
     conn: &mut MySqlConnection,
     jobs: &[NewJob],
@@ -165,29 +205,106 @@ pub(crate) async fn enter(
         .into_iter()
         .map(|h| h.line)
         .collect();
+    let twice = match jobs.iter().any(|job| job.unique.is_some()) {
+        true => earlier_with_key(jobs),
+        false => Vec::new(),
+    };
     Ok(jobs
         .iter()
-        .map(|job| line_of(job).is_some_and(|line| !taken.insert(line)))
+        .enumerate()
+        .map(|(i, job)| match twice.get(i) {
+            Some(Some(_)) => false,
+            _ => line_of(job).is_some_and(|line| !taken.insert(line)),
+        })
         .collect())
 }
 
 /// After a job of each of `lines` that could run ended, in the same transaction: locks the
-/// keys' rows and lets each key's head run if it waits. Says whether one was unblocked (to
-/// wake workers).
+/// keys' rows and lets each key's next job run if it waits, as of `now` (the caller's
+/// clock, or the database's for `None`). Says whether one was unblocked (to wake workers).
 pub(crate) async fn unblock(
     conn: &mut MySqlConnection,
     lines: Vec<Line>,
+    now: Option<Millis>,
 ) -> Result<bool, sqlx::Error> {
-    let mut lines = sorted(lines);
+    let lines = sorted(lines);
     if lines.is_empty() {
         return Ok(false);
     }
     lock(conn, &lines).await?;
+    let_run(conn, lines, now).await
+}
+
+/// After a settlement, in its transaction: the keys of the jobs that ended (`ended`) move
+/// on, as [`unblock`] has them, and the jobs of `aside` (id and key), just put back for a
+/// retry that steps aside, step aside. All the keys' rows are locked first, in key order,
+/// after the jobs' rows the settlement holds. A job of `aside` whose key has another
+/// unfinished job is moved behind its key, and its key then lets its next job run, which
+/// may be the job itself when nothing else can go first; one alone on its key keeps it.
+/// Says whether a job was unblocked.
+pub(crate) async fn settled(
+    conn: &mut MySqlConnection,
+    mut ended: Vec<Line>,
+    aside: Vec<(i64, Line)>,
+    now: Option<Millis>,
+) -> Result<bool, sqlx::Error> {
+    if aside.is_empty() {
+        return unblock(conn, ended, now).await;
+    }
+    let all = ended.iter().chain(aside.iter().map(|(_, line)| line));
+    lock(conn, &sorted(all.cloned().collect())).await?;
+    let moved = step_aside(conn, &aside).await?;
+    ended.extend(
+        aside
+            .into_iter()
+            .filter(|(id, _)| moved.contains(id))
+            .map(|(_, line)| line),
+    );
+    let_run(conn, sorted(ended), now).await
+}
+
+/// Moves the jobs of `aside` whose keys (locked) have another unfinished job behind their
+/// keys, and returns their ids. Read first (`ordering_aside.sql`), then moved by id: MySQL
+/// refuses an `UPDATE` that reads its own table in a subquery.
+async fn step_aside(
+    conn: &mut MySqlConnection,
+    aside: &[(i64, Line)],
+) -> Result<HashSet<i64>, sqlx::Error> {
+    let mut moved = HashSet::new();
+    for chunk in aside.chunks(MAX_LIST) {
+        let size = padded(chunk.len());
+        let text = sql::with_ids(&sql::ORDERING_ASIDE, size);
+        let mut query = sqlx::query_scalar::<_, i64>(&text);
+        for i in 0..size {
+            query = query.bind(chunk.get(i).map_or(0, |(id, _)| *id));
+        }
+        let found = query.fetch_all(&mut *conn).await?;
+        if found.is_empty() {
+            continue;
+        }
+        let size = padded(found.len());
+        let text = sql::with_ids(&sql::ORDERING_BLOCK, size);
+        let mut query = sqlx::query(&text);
+        for i in 0..size {
+            query = query.bind(found.get(i).copied().unwrap_or(0));
+        }
+        query.execute(&mut *conn).await?;
+        moved.extend(found);
+    }
+    Ok(moved)
+}
+
+/// Lets each of `lines` (sorted, their rows locked) run its next job if it waits.
+async fn let_run(
+    conn: &mut MySqlConnection,
+    mut lines: Vec<Line>,
+    now: Option<Millis>,
+) -> Result<bool, sqlx::Error> {
     let mut unblocked = false;
-    // Until every head read was unblocked or runs: a head cancelled since it was read (its
+    // Until every next job read was unblocked or runs: one cancelled since it was read (its
     // cancel holds its row, not the key's) is gone when read again.
     while !lines.is_empty() {
-        let waiting: Vec<Head> = heads(conn, &lines)
+        let waiting: Vec<Head> = next_jobs(conn, &lines, now)
             .await?
             .into_iter()
             .filter(Head::waits)
@@ -307,6 +424,11 @@ pub(crate) async fn prune_lines(
 /// entered first ([`enter`]), so that each job with an ordering key is stored
 /// blocked or not; then the unique keys are taken, if any job has one
 /// ([`unique::enqueue_unique`]), else the jobs are inserted as they are.
+///
+/// A job stored as its ordering key's first and deleted again, its unique key held by
+/// another job, leaves the key with the batch's later jobs of it all blocked: the first
+/// of them is unblocked ([`unblock`]), in the same transaction, under the keys' rows
+/// [`enter`] locked.
 pub(crate) async fn enqueue_keyed(
     conn: &mut MySqlConnection,
     jobs: &[NewJob],
@@ -315,7 +437,16 @@ pub(crate) async fn enqueue_keyed(
 ) -> Result<Vec<Enqueued>, sqlx::Error> {
     let blocked = enter(conn, jobs).await?;
     if jobs.iter().any(|job| job.unique.is_some()) {
-        return unique::enqueue_unique(conn, jobs, &blocked, now, id_step).await;
+        let done = unique::enqueue_unique(conn, jobs, &blocked, now, id_step).await?;
+        let twice = earlier_with_key(jobs);
+        let lost: Vec<Line> = (0..jobs.len())
+            .filter(|&i| done[i].existing && twice[i].is_none() && !blocked[i])
+            .filter_map(|i| line_of(&jobs[i]))
+            .collect();
+        if !lost.is_empty() {
+            unblock(conn, lost, now).await?;
+        }
+        return Ok(done);
     }
     let mut rows = new_rows(jobs, now);
     for (row, blocked) in rows.iter_mut().zip(blocked) {

@@ -1,6 +1,7 @@
 //! Settling, inside the caller's transaction: acks in one `DELETE`, every other outcome in
 //! one `UPDATE`, each applied only while its job is still held under the named lease; and
-//! then, for jobs with ordering keys that ended, their keys' next jobs unblocked.
+//! then, for jobs with ordering keys that ended or stepped aside for their retry, their
+//! keys' next jobs unblocked.
 
 use std::collections::{HashMap, HashSet};
 
@@ -13,6 +14,7 @@ use super::groups::{self, Ended, Member};
 use super::millis;
 use super::ordering::{self, Line};
 use super::rows::LEASED;
+use super::unique;
 use crate::conn::restart;
 use crate::sql::{self, MAX_LIST, MAX_SETTLE_ROWS, padded, padded_tuples};
 
@@ -40,8 +42,10 @@ pub(crate) struct Settled {
 /// Settlements under a lease whose claim took a job with an ordering key or a member of a
 /// group ([`ordering::is_ordered`]) go straight to the locking read, which also gives each
 /// job's key and group: the members that ended (acknowledged, dead-lettered, cancelled) are
-/// counted ([`groups::ended`]), then the keys of the jobs that ended move on, in the same
-/// transaction ([`ordering::unblock`]).
+/// counted ([`groups::ended`]), then the keys of the jobs that ended move on, and the jobs
+/// whose retry steps aside (`Outcome::Retry::step_aside`) move behind their keys when
+/// other jobs wait there, in the same transaction ([`ordering::settled`]). Only a job with
+/// a key can step aside, so only these settlements look at the flag.
 pub(crate) async fn settle(
     conn: &mut MySqlConnection,
     settlements: &[Settlement],
@@ -102,6 +106,18 @@ pub(crate) async fn settle(
             fenced.push(s.job);
         }
     }
+    // A retry that steps aside is weighed against its key's other jobs at the instant it
+    // is put back, as the broker's own clock has it: on the database's clock, read once
+    // for the whole settlement. Read by each statement, the clock moves on between the
+    // retry and the read of the key's next job, and a job stepping aside for a few
+    // milliseconds would often find its time come there and take the key back.
+    let steps = applied
+        .iter()
+        .any(|s| steps_aside(&s.outcome) && lines.contains_key(&s.job.0));
+    let now = match steps {
+        true => Some(unique::clock(conn, now).await?),
+        false => now,
+    };
     apply(conn, &applied, now).await?;
     // Members that ended are counted (their groups' rows locked after the jobs' rows,
     // before any key's), in the order they were settled.
@@ -118,12 +134,20 @@ pub(crate) async fn settle(
         })
         .collect();
     let fired = groups::ended(conn, counted, now, id_step).await?;
-    let ended: Vec<Line> = applied
-        .iter()
-        .filter(|s| !requeues(&s.outcome))
-        .filter_map(|s| lines.remove(&s.job.0))
-        .collect();
-    let unblocked = ordering::unblock(conn, ended).await?;
+    // Jobs that ended let their keys move on; a retry that steps aside may give its key
+    // up; every other job put back keeps its key.
+    let (mut ended, mut aside): (Vec<Line>, Vec<(i64, Line)>) = (Vec::new(), Vec::new());
+    for s in &applied {
+        let Some(line) = lines.remove(&s.job.0) else {
+            continue;
+        };
+        if steps_aside(&s.outcome) {
+            aside.push((s.job.0, line));
+        } else if !requeues(&s.outcome) {
+            ended.push(line);
+        }
+    }
+    let unblocked = ordering::settled(conn, ended, aside, now).await?;
     Ok(Settled {
         report: SettleReport {
             applied: applied.len(),
@@ -131,6 +155,17 @@ pub(crate) async fn settle(
         },
         requeued: unblocked || fired || applied.iter().any(|s| requeues(&s.outcome)),
     })
+}
+
+/// Whether a settlement is a retry that steps aside from its job's ordering key.
+fn steps_aside(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Retry {
+            step_aside: true,
+            ..
+        }
+    )
 }
 
 /// Whether a settlement puts its job back in its queue: the others end it.
@@ -182,7 +217,10 @@ async fn apply(
                 continue;
             };
             let (kind, delay_ms, error) = match &s.outcome {
-                Outcome::Retry { delay, error } => (RETRY, millis(*delay), Some(error.as_str())),
+                // A step aside is a retry here; the job moves behind its key afterwards.
+                Outcome::Retry { delay, error, .. } => {
+                    (RETRY, millis(*delay), Some(error.as_str()))
+                }
                 Outcome::DeadLetter { error } => (DEAD_LETTER, 0, Some(error.as_str())),
                 Outcome::Release => (RELEASE, 0, None),
                 Outcome::Cancel => (CANCEL, 0, None),

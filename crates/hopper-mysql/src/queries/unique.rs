@@ -286,7 +286,10 @@ pub(crate) async fn prune_holds(
 }
 
 /// `now` when the broker keeps a clock of its own, else the database's clock, read once.
-async fn clock(conn: &mut MySqlConnection, now: Option<Millis>) -> Result<Millis, sqlx::Error> {
+pub(super) async fn clock(
+    conn: &mut MySqlConnection,
+    now: Option<Millis>,
+) -> Result<Millis, sqlx::Error> {
     match now {
         Some(now) => Ok(now),
         None => {

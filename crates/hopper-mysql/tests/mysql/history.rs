@@ -25,6 +25,7 @@ async fn the_reaper_and_long_errors_write_the_history() {
     let retry = Outcome::Retry {
         delay: Duration::ZERO,
         error: long.clone(),
+        step_aside: false,
     };
     let settled = broker
         .settle(vec![Settlement {

@@ -220,6 +220,7 @@ async fn a_database_of_version_2_keeps_its_jobs() {
     let retry = Outcome::Retry {
         delay: Duration::ZERO,
         error: "again".into(),
+        step_aside: false,
     };
     let report = broker
         .settle(vec![Settlement {

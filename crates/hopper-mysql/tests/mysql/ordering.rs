@@ -1,14 +1,16 @@
 //! Ordering keys on the real server: keys compare byte for byte, a job waiting behind its
 //! key is listed where its stored time puts it and pages past it, dead letters re-driven a
 //! queue at a time wait their turn, an ack and an enqueue of one key racing from two
-//! brokers never leave a job behind (nor an ack and a cancel of the next job), heartbeats
-//! delete the rows of idle keys a window at a time, and what each call asks of the server
-//! (plain jobs' calls as before). The schema and query plans are in `ordering_schema`.
+//! brokers never leave a job behind (nor an ack and a cancel of the next job), nor does a
+//! retry stepping aside racing an enqueue leave two jobs of a key to run, heartbeats delete
+//! the rows of idle keys a window at a time, and what each call asks of the server (plain
+//! jobs' calls as before). The schema and query plans are in `ordering_schema`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hopper_core::job::MAX_RUN_AT;
 use hopper_core::{
     Broker, Clock, FetchRequest, JobQuery, ListState, NewJob, Outcome, QueueBeat, Selection,
     Settlement, WorkerBeat, WorkerInfo,
@@ -243,6 +245,102 @@ async fn an_ack_and_a_cancel_of_the_next_job_racing_leave_nothing_behind() {
     }
 }
 
+/// How many jobs of `queue`'s `key` can run: unfinished and not moved behind their key.
+async fn runnable(conn: &mut MySqlConnection, queue: &str, key: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM hopper_jobs
+         WHERE queue = ? AND ordering_key = ? AND finished_at IS NULL AND state IN (0, 1)
+           AND run_at <= ?",
+    )
+    .bind(queue)
+    .bind(key.as_bytes())
+    .bind(MAX_RUN_AT)
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
+/// Two brokers on one database: one settles a key's running job a1 with a retry that
+/// steps aside while the other enqueues two more jobs of the key, 30 keys in turn. The
+/// settlement moves a1 behind its key and lets a2 run under the key's lock, and the
+/// enqueue stores its jobs waiting under the same lock, whichever goes first: each key has
+/// exactly one job that can run, a2, and a1 waits. A job alone on its key when it steps
+/// aside keeps the key; racing the enqueue of the key's next job, either it kept the key
+/// and the new job waits, or it found the new job there and let it run: one job can run
+/// either way.
+#[tokio::test(start_paused = true)]
+async fn a_retry_stepping_aside_and_an_enqueue_racing_leave_one_job_to_run() {
+    let options = || {
+        MySqlOptions::default()
+            .clock(Clock::tokio())
+            .wake_poll(None)
+    };
+    let (producer, url) = broker_with(|_| options()).await;
+    let worker: Arc<dyn Broker> =
+        Arc::new(MySqlBroker::connect_with(&url, options()).await.unwrap());
+    let mut raw = MySqlConnection::connect(&url).await.unwrap();
+    // Held past any jump of the paused clock; a1 and b1 are due long after the checks.
+    let held_for = Duration::from_secs(3600);
+    let aside = |job, lease| Settlement {
+        job,
+        lease,
+        outcome: Outcome::Retry {
+            delay: Duration::from_secs(600),
+            error: "later".into(),
+            step_aside: true,
+        },
+    };
+    let (mut kept, mut gave_up) = (0, 0);
+    for round in 0..30 {
+        let key = format!("k{round}");
+        let a: Vec<NewJob> = (1..=4)
+            .map(|i| keyed("q", &key, &format!("a{i}")))
+            .collect();
+        let a = enqueue(&producer, a).await;
+        let held = fetch(&worker, "q", 10, held_for).await;
+        assert_eq!(ids(&held.jobs), [a[0]], "round {round}");
+        let more = vec![keyed("q", &key, "a5"), keyed("q", &key, "a6")];
+        let (settled, stored) = tokio::join!(
+            worker.settle(vec![aside(a[0], held.lease)]),
+            producer.enqueue(more)
+        );
+        assert_eq!(settled.unwrap().applied, 1, "round {round}");
+        assert_eq!(stored.unwrap().len(), 2, "round {round}");
+        assert_eq!(runnable(&mut raw, "q", &key).await, 1, "round {round}");
+        let next = fetch(&worker, "q", 10, held_for).await;
+        assert_eq!(ids(&next.jobs), [a[1]], "round {round}: a2 runs");
+        let a1 = worker.job(a[0]).await.unwrap().unwrap();
+        assert_eq!((a1.blocked, a1.job.attempt), (true, 1), "round {round}");
+
+        // Alone on its key: b1.
+        let key = format!("l{round}");
+        let b1 = enqueue(&producer, vec![keyed("r", &key, "b1")]).await[0];
+        let held = fetch(&worker, "r", 10, held_for).await;
+        assert_eq!(ids(&held.jobs), [b1], "round {round}");
+        let (settled, stored) = tokio::join!(
+            worker.settle(vec![aside(b1, held.lease)]),
+            producer.enqueue(vec![keyed("r", &key, "b2")])
+        );
+        assert_eq!(settled.unwrap().applied, 1, "round {round}");
+        let b2 = stored.unwrap()[0];
+        assert_eq!(runnable(&mut raw, "r", &key).await, 1, "round {round}");
+        let next = fetch(&worker, "r", 10, held_for).await;
+        match worker.job(b1).await.unwrap().unwrap().blocked {
+            true => {
+                gave_up += 1;
+                assert_eq!(ids(&next.jobs), [b2], "round {round}: b2 runs");
+            }
+            false => {
+                kept += 1;
+                assert!(next.jobs.is_empty(), "round {round}: b1 kept its key");
+                assert!(worker.job(b2).await.unwrap().unwrap().blocked);
+            }
+        }
+    }
+    println!("b1 kept its key {kept} times, let b2 run {gave_up} times");
+    let _ = raw.close().await;
+}
+
 async fn key_rows(conn: &mut MySqlConnection) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM hopper_ordering")
         .fetch_one(conn)
@@ -323,7 +421,8 @@ async fn heartbeats_delete_the_rows_of_idle_keys_a_window_at_a_time() {
 /// `COMMIT` included): plain jobs' enqueue and acknowledgement are what they were (and one
 /// ack reads one row); a keyed enqueue locks its keys' rows and reads their heads before
 /// its insert; an ack of a job with a key reads its key under the lock it takes, then locks
-/// the key's row, reads the key's head, and unblocks it.
+/// the key's row, reads the key's next job, and unblocks it; a retry stepping aside also
+/// reads the database clock once, and moves its job behind the key before that read.
 #[tokio::test]
 async fn what_each_call_asks_of_the_server() {
     let db = TempDatabase::migrated().await;
@@ -381,7 +480,7 @@ async fn what_each_call_asks_of_the_server() {
     assert_eq!(
         counted(before).await,
         7,
-        "BEGIN, lock and read, DELETE, lock the key, read its head, unblock it, COMMIT"
+        "BEGIN, lock and read, DELETE, lock the key, read its next job, unblock it, COMMIT"
     );
     let next = broker.fetch(FetchRequest::one("q", 4, TTL)).await.unwrap();
     assert_eq!(next.jobs.len(), 1);
@@ -390,6 +489,29 @@ async fn what_each_call_asks_of_the_server() {
     assert_eq!(
         counted(before).await,
         6,
-        "BEGIN, lock and read, DELETE, lock the key, read its head (none), COMMIT"
+        "BEGIN, lock and read, DELETE, lock the key, read its next job (none), COMMIT"
     );
+
+    enqueue(&broker, vec![keyed("q", "s", "s1"), keyed("q", "s", "s2")]).await;
+    let held = broker.fetch(FetchRequest::one("q", 4, TTL)).await.unwrap();
+    assert_eq!(held.jobs.len(), 1);
+    let aside = Settlement {
+        job: held.jobs[0].id,
+        lease: held.lease,
+        outcome: Outcome::Retry {
+            delay: Duration::from_secs(60),
+            error: "later".into(),
+            step_aside: true,
+        },
+    };
+    let before = user.statements().await;
+    broker.settle(vec![aside]).await.unwrap();
+    assert_eq!(
+        counted(before).await,
+        10,
+        "BEGIN, lock and read, the clock, UPDATE, lock the key, find another job, move the \
+         job behind, read the next job, unblock it, COMMIT"
+    );
+    let next = broker.fetch(FetchRequest::one("q", 4, TTL)).await.unwrap();
+    assert_eq!(next.jobs[0].payload, b"s2");
 }

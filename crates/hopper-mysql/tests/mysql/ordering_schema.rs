@@ -1,5 +1,6 @@
 //! Ordering keys' schema on the real server: a database of the previous version brought
-//! up to date, and the query plans of the statements ordering keys add.
+//! up to date, the query plans of the statements ordering keys add, and the rows the read
+//! of a key's next job walks, with and without jobs stepped aside.
 
 use std::sync::Arc;
 
@@ -205,9 +206,46 @@ async fn ordering_statements_use_their_indexes() {
         "{steps:?}"
     );
     assert_eq!(steps[1].2, "hopper_jobs_ordering", "{steps:?}");
+    // The next job: the same dive, passing over jobs stepped aside, then the sort by time
+    // for keys whose jobs all stepped aside (the only sort).
+    let next = file(include_str!("../../sql/ordering_next.sql"));
+    let steps = explain(&mut conn, &next, &["0", "a", "k15", "b", "k20"]).await;
+    let plan: Vec<(&str, &str, &str)> = steps
+        .iter()
+        .map(|s| (s.0.as_str(), s.1.as_str(), s.2.as_str()))
+        .collect();
+    assert_eq!(
+        plan,
+        [
+            ("o", "range", "PRIMARY"),
+            ("j", "eq_ref", "PRIMARY"),
+            ("h", "ref", "hopper_jobs_ordering"),
+            ("h", "ref", "hopper_jobs_ordering")
+        ],
+        "{steps:?}"
+    );
+    let sorts = steps.iter().filter(|s| s.3.contains("filesort")).count();
+    assert_eq!(sorts, 1, "{steps:?}");
+    // Stepping aside: the jobs by id, each key's first two unfinished jobs by one dive.
+    let aside = file(include_str!("../../sql/ordering_aside.sql"));
+    let steps = explain(&mut conn, &aside, &["1", "2", "3", "0"]).await;
+    assert_eq!(
+        (steps[0].0.as_str(), steps[0].2.as_str()),
+        ("j", "PRIMARY"),
+        "{steps:?}"
+    );
+    assert_eq!(
+        (steps[1].0.as_str(), steps[1].2.as_str()),
+        ("h", "hopper_jobs_ordering"),
+        "{steps:?}"
+    );
     for (sql, binds) in [
         (
             include_str!("../../sql/ordering_unblock.sql"),
+            vec!["1", "2", "3", "0"],
+        ),
+        (
+            include_str!("../../sql/ordering_block.sql"),
             vec!["1", "2", "3", "0"],
         ),
         (
@@ -228,5 +266,76 @@ async fn ordering_statements_use_their_indexes() {
         steps.iter().any(|s| s.2 == "hopper_jobs_finished"),
         "{steps:?}"
     );
+    let _ = conn.close().await;
+}
+
+/// The rows this session's statements read in index order so far.
+async fn read_next(conn: &mut MySqlConnection) -> i64 {
+    let row = sqlx::query("SHOW SESSION STATUS LIKE 'Handler_read_next'")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    row.try_get::<String, _>(1).unwrap().parse().unwrap()
+}
+
+/// The read of a key's next job on a key of 1,000 waiting jobs: with none stepped aside it
+/// is the first job, read in one dive (the sort by time is never run); each job stepped
+/// aside whose time has not come costs one row more; a job stepped aside whose time has
+/// come goes first; and when every job stepped aside and waits, the one due first goes,
+/// by the sort.
+#[tokio::test]
+async fn the_next_job_of_a_key_reads_one_row_more_per_job_stepped_aside() {
+    let db = TempDatabase::migrated().await;
+    let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "SET SESSION max_recursive_iterations = 100000;
+         INSERT INTO hopper_jobs (id, queue, state, run_at, max_attempts, payload, created_at,
+                                  ordering_key)
+         WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000)
+         SELECT i, 'q', 0, {BLOCKED} + 1000 + i, 5, 'x', 1, 'k' FROM n;
+         INSERT INTO hopper_ordering (queue, `key`) VALUES ('q', 'k');
+         ANALYZE TABLE hopper_jobs;"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let text = super::plans::statement(include_str!("../../sql/ordering_next.sql"));
+    let now = 5_000;
+    let next = async |conn: &mut MySqlConnection| {
+        let before = read_next(conn).await;
+        let row = sqlx::query(&text)
+            .bind(now)
+            .bind("q")
+            .bind(b"k".as_slice())
+            .bind("q")
+            .bind(b"k".as_slice())
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        (row.get::<i64, _>(0), read_next(conn).await - before)
+    };
+    assert_eq!(next(&mut conn).await, (1, 0), "the first job, in one dive");
+    // Jobs 1 to 3 stepped aside until 9,000, past now.
+    let step_aside = |ids: &str, at: i64| {
+        format!("UPDATE hopper_jobs SET attempt = 1, run_at = {BLOCKED} + {at} WHERE id IN ({ids})")
+    };
+    sqlx::raw_sql(&step_aside("1, 2, 3", 9_000))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(next(&mut conn).await, (4, 3), "three passed over");
+    sqlx::raw_sql(&step_aside("2", now))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(next(&mut conn).await, (2, 1), "2's time has come");
+    sqlx::raw_sql(&format!(
+        "UPDATE hopper_jobs SET attempt = 1, run_at = {BLOCKED} + 20000 - id"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let (id, _) = next(&mut conn).await;
+    assert_eq!(id, 1000, "every job waits: the one due first");
     let _ = conn.close().await;
 }

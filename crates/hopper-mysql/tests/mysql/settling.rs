@@ -92,6 +92,7 @@ async fn every_outcome_in_one_settle_and_a_long_error_is_kept_whole() {
         Outcome::Retry {
             delay: Duration::from_secs(60),
             error: "later".into(),
+            step_aside: false,
         },
         Outcome::DeadLetter {
             error: long.clone(),

@@ -57,6 +57,7 @@ async fn jobs_without_keys_never_touch_the_unique_table() {
         Outcome::Retry {
             delay: later,
             error: "again".into(),
+            step_aside: false,
         },
         Outcome::Release,
         Outcome::Snooze { delay: later },

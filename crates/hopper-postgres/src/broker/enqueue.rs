@@ -5,7 +5,7 @@
 //! keys. A batch with keys takes enqueue_unique.sql, still one statement: it takes each
 //! key or finds its holder, and stores only the jobs that took theirs (or have none). A
 //! batch with ordering keys takes enqueue_ordered.sql, one statement too (see
-//! `ordering`). A batch with members of groups takes enqueue_group.sql, one statement
+//! `ordering`), and one with both enqueue_unique_ordered.sql. A batch with members of groups takes enqueue_group.sql, one statement
 //! that also counts them, or refuses the whole batch when one of its groups is sealed
 //! (see `groups`). Rate keys go in the same statement: in the insert of enqueue.sql's
 //! form (enqueue_rated.sql) and of enqueue_unique.sql, and beside ordering keys or groups
@@ -105,6 +105,7 @@ impl PgBroker {
 
     /// Sends `batch` in one statement: enqueue.sql when no job has a key,
     /// enqueue_unique.sql for unique keys, enqueue_ordered.sql for ordering keys,
+    /// enqueue_unique_ordered.sql for both,
     /// enqueue_rated.sql for rate keys alone, enqueue_ordered_rated.sql for both. Says what
     /// became of each job, in input order. A batch with members of groups takes
     /// enqueue_group.sql (or enqueue_group_rated.sql), and is refused (the inner error) when
@@ -118,7 +119,8 @@ impl PgBroker {
             return self.send_members(conn, batch, groups).await;
         }
         let sql = match (&batch.keys, &batch.ordering, &batch.rate) {
-            (Some(_), _, _) => &self.inner.sql.enqueue_unique,
+            (Some(_), Some(_), _) => &self.inner.sql.enqueue_unique_ordered,
+            (Some(_), None, _) => &self.inner.sql.enqueue_unique,
             (None, Some(_), None) => &self.inner.sql.enqueue_ordered,
             (None, Some(_), Some(_)) => &self.inner.sql.enqueue_ordered_rated,
             (None, None, Some(_)) => &self.inner.sql.enqueue_rated,
@@ -281,6 +283,11 @@ impl Batch {
         let mut rate = rated.then(|| Vec::with_capacity(jobs.len()));
         let mut a = EnqueueArrays::with_capacity(jobs.len());
         for (i, mut job) in jobs.into_iter().enumerate() {
+            // A job whose unique key an earlier job of the batch has is answered here, not
+            // sent: it has no place in any of the arrays.
+            if keys.as_ref().is_some_and(|k| k.earlier[i].is_some()) {
+                continue;
+            }
             if let Some(o) = &mut ordering {
                 o.push(job.ordering_key.take());
             }
@@ -288,9 +295,6 @@ impl Batch {
                 g.push(job.group.take());
             }
             if let Some(k) = &mut keys {
-                if k.earlier[i].is_some() {
-                    continue;
-                }
                 let unique = job.unique.take();
                 k.scopes.push(unique.as_ref().map(|u| u.scope.code()));
                 // The statement adds the period to its `now` for `until`.

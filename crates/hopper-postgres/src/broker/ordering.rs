@@ -26,6 +26,7 @@ impl PgBroker {
             .bind(&queues)
             .bind(&keys)
             .bind(&self.inner.channel)
+            .bind(self.now())
             .fetch_one(conn)
             .await
             .map_err(db_err("unblocking the next jobs of ordering keys"))?;
@@ -48,6 +49,7 @@ impl PgBroker {
         let mut held = self.inner.conns.get().await?;
         let n: Option<i32> = sqlx::query_scalar(&self.inner.sql.unblock_stuck)
             .bind(STUCK_PER_SWEEP)
+            .bind(self.now())
             .fetch_one(held.conn())
             .await
             .map_err(db_err("sweeping ordering keys"))?;

@@ -27,7 +27,7 @@ impl PgBroker {
         let mut requeues = false;
         for s in settlements {
             let (kind, delay, error) = outcome_kind(&s.outcome);
-            requeues |= matches!(kind, 1 | 3 | 5);
+            requeues |= matches!(kind, 1 | 3 | 5 | 6);
             ids.push(s.job.0);
             leases.push(s.lease.0);
             kinds.push(kind);
@@ -87,7 +87,14 @@ impl PgBroker {
 fn outcome_kind(o: &Outcome) -> (i16, i64, Option<&str>) {
     match o {
         Outcome::Ack => (0, 0, None),
-        Outcome::Retry { delay, error } => (1, delay.as_millis() as i64, Some(error)),
+        Outcome::Retry {
+            delay,
+            error,
+            step_aside,
+        } => {
+            let kind = if *step_aside { 6 } else { 1 };
+            (kind, delay.as_millis() as i64, Some(error))
+        }
         Outcome::DeadLetter { error } => (2, 0, Some(error)),
         Outcome::Release => (3, 0, None),
         Outcome::Cancel => (4, 0, None),

@@ -259,7 +259,7 @@ async fn a_schema_from_before_groups_keeps_its_jobs_and_counts_groups() {
     let applied = hopper_postgres::migrate_with(&url(), &options)
         .await
         .unwrap();
-    assert_eq!(applied, 5);
+    assert_eq!(applied, 6);
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT tablename::text FROM pg_tables
          WHERE schemaname = $1 AND tablename LIKE 'hopper_group%' ORDER BY 1",

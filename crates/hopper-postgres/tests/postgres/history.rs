@@ -21,6 +21,7 @@ async fn a_lease_expired_on_the_final_attempt_joins_the_history() {
     let retry = Outcome::Retry {
         delay: Duration::ZERO,
         error: "first".into(),
+        step_aside: false,
     };
     let settled = vec![Settlement {
         job: id,

@@ -14,7 +14,7 @@ async fn an_unmigrated_schema_is_refused_with_what_to_run() {
         .to_string();
     assert!(
         err.contains(&format!(
-            "the hopper schema {schema} in {} is at version 0 but this build needs 16: run `hopper migrate --broker {}`",
+            "the hopper schema {schema} in {} is at version 0 but this build needs 17: run `hopper migrate --broker {}`",
             url(),
             url()
         )),
@@ -33,7 +33,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
     );
     let mut applied = [a.unwrap(), b.unwrap()];
     applied.sort();
-    assert_eq!(applied, [0, 16]);
+    assert_eq!(applied, [0, 17]);
     assert_eq!(
         hopper_postgres::migrate_with(&url, &options).await.unwrap(),
         0
@@ -48,7 +48,7 @@ async fn migrate_applies_once_even_when_run_concurrently() {
 async fn the_url_can_name_the_schema_and_passwords_stay_hidden() {
     let schema = unique_name("hopper_t");
     let with_schema = format!("{}?schema={schema}", url());
-    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 16);
+    assert_eq!(hopper_postgres::migrate(&with_schema).await.unwrap(), 17);
     let broker = PgBroker::connect(&with_schema).await.unwrap();
     assert_eq!(broker.schema(), schema);
     let debug = format!("{broker:?}");
@@ -164,7 +164,7 @@ async fn a_schema_from_before_the_operator_calls_keeps_its_jobs() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        12
+        13
     );
     let index: String = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = $2",
@@ -212,6 +212,7 @@ async fn a_schema_from_before_the_operator_calls_keeps_its_jobs() {
     let retry = Outcome::Retry {
         delay: std::time::Duration::ZERO,
         error: "first".into(),
+        step_aside: false,
     };
     broker
         .settle(vec![Settlement {
@@ -268,7 +269,7 @@ async fn a_schema_from_before_live_workers_keeps_its_jobs_and_lists_workers() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        11
+        12
     );
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes
@@ -352,7 +353,7 @@ async fn a_schema_from_before_unique_keys_keeps_its_jobs_and_takes_keys() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        10
+        11
     );
     let index: String = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'hopper_unique'",
@@ -423,7 +424,7 @@ async fn a_schema_from_before_worker_schedules_lists_its_workers_with_none() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        9
+        10
     );
     let column: (String, String, Option<String>) = sqlx::query_as(
         "SELECT data_type, is_nullable, column_default FROM information_schema.columns
@@ -516,7 +517,7 @@ async fn a_schema_from_before_record_keys_shows_keys_of_jobs_enqueued_after() {
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        8
+        9
     );
     let column: (String, String, Option<String>) = sqlx::query_as(
         "SELECT data_type, is_nullable, column_default FROM information_schema.columns

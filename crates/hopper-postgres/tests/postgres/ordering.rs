@@ -30,8 +30,8 @@ async fn a_schema_from_before_ordering_keys_keeps_its_jobs_and_orders_new_ones()
         .await
         .unwrap();
     assert_eq!(
-        applied, 7,
-        "ordering keys, rate limits, groups, unblocked heads, rate keys, beside lines, sets"
+        applied, 8,
+        "ordering keys, rate limits, groups, unblocked heads, rate keys, beside lines, sets, step aside"
     );
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexname::text FROM pg_indexes

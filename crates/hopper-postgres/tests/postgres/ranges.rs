@@ -68,7 +68,7 @@ async fn a_schema_from_before_the_checks_keeps_its_jobs_and_buries_the_bad_rows(
         hopper_postgres::migrate_with(&url(), &options)
             .await
             .unwrap(),
-        13
+        14
     );
 
     let broker = PgBroker::connect_with(&url(), options.listen(false))

@@ -252,8 +252,8 @@ async fn a_schema_from_before_rate_limits_keeps_its_jobs_and_limits_them() {
         .await
         .unwrap();
     assert_eq!(
-        applied, 6,
-        "rate limits, groups, unblocked heads, rate keys, beside lines, sets"
+        applied, 7,
+        "rate limits, groups, unblocked heads, rate keys, beside lines, sets, step aside"
     );
     let refused = sqlx::raw_sql(&format!(
         "INSERT INTO {name}.hopper_rate_limits (queue, max, per_ms) VALUES ('x', 0, 1)"

@@ -133,6 +133,7 @@ async fn an_unreadable_error_history_is_shown_as_stored() {
     let retry = Outcome::Retry {
         delay: Duration::ZERO,
         error: "again".into(),
+        step_aside: false,
     };
     let id = held.jobs[0].id;
     let settled = broker

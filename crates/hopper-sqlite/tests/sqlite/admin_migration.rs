@@ -99,6 +99,7 @@ async fn a_file_from_before_the_operator_calls_keeps_its_jobs_in_every_state() {
         outcome: Outcome::Retry {
             delay: Duration::from_secs(60),
             error: "again".into(),
+            step_aside: false,
         },
     };
     broker.settle(vec![failed]).await.unwrap();

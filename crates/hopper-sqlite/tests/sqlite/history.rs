@@ -31,6 +31,7 @@ async fn the_reaper_and_re_drives_keep_the_history() {
     let retry = Outcome::Retry {
         delay: Duration::ZERO,
         error: "first".into(),
+        step_aside: false,
     };
     broker
         .settle(vec![Settlement {

@@ -66,6 +66,7 @@ async fn jobs_without_keys_never_reach_the_ordering_index() {
         Outcome::Retry {
             delay: Duration::from_secs(1),
             error: error(),
+            step_aside: false,
         },
         Outcome::DeadLetter { error: error() },
         Outcome::Release,

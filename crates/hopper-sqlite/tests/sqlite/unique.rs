@@ -50,6 +50,7 @@ async fn jobs_without_keys_never_touch_the_keys_table() {
         Outcome::Retry {
             delay: Duration::from_secs(1),
             error: error(),
+            step_aside: false,
         },
         Outcome::DeadLetter { error: error() },
         Outcome::Release,

@@ -129,6 +129,7 @@ pub async fn error_history_per_attempt(broker: Arc<dyn Broker>) {
             Outcome::Retry {
                 delay: Duration::ZERO,
                 error,
+                step_aside: false,
             }
         } else {
             Outcome::DeadLetter { error }
@@ -170,6 +171,7 @@ pub async fn error_history_per_attempt(broker: Arc<dyn Broker>) {
         let retry = Outcome::Retry {
             delay: Duration::ZERO,
             error,
+            step_aside: false,
         };
         settle(&broker, one(id, held.lease, retry)).await;
     }

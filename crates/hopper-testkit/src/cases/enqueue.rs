@@ -219,6 +219,7 @@ pub async fn wake_signal_on_new_work(broker: Arc<dyn Broker>) {
     let retry = Outcome::Retry {
         delay: Duration::ZERO,
         error: "e".into(),
+        step_aside: false,
     };
     settle(&broker, one(id, held.lease, retry)).await;
     assert!(

@@ -106,7 +106,11 @@ pub async fn groups(broker: Arc<dyn Broker>) {
         match id {
             _ if id == first[0] => Outcome::Ack,
             _ if id == first[1] => Outcome::DeadLetter { error },
-            _ if id == first[2] => Outcome::Retry { delay: zero, error },
+            _ if id == first[2] => Outcome::Retry {
+                delay: zero,
+                error,
+                step_aside: false,
+            },
             _ if id == second[0] => Outcome::Cancel,
             _ if id == second[1] => Outcome::Release,
             _ if id == second[2] => Outcome::Snooze { delay: zero },

@@ -17,6 +17,8 @@
 //! - `registry`: live workers and throughput buckets;
 //! - `unique`: unique keys, under racing producers too, and snoozing;
 //! - `ordering`: ordering keys, under racing producers and claimers too;
+//! - `ordering_aside`: ordering keys whose failed jobs step aside for their retry;
+//! - `ordering_unique`: jobs with both a unique key and an ordering key;
 //! - `rate`: rate limits, under racing claimers too;
 //! - `groups`: groups and their completion job.
 
@@ -27,6 +29,8 @@ mod groups;
 mod inspect;
 mod leases;
 mod ordering;
+mod ordering_aside;
+mod ordering_unique;
 mod rate;
 mod rate_keys;
 mod registry;
@@ -49,6 +53,8 @@ pub use groups::groups;
 pub use inspect::{cancel, purge_removes_every_state};
 pub use leases::{expiry_on_final_attempt, lease_expiry_and_fencing, lease_renewal};
 pub use ordering::{ordered_keys, ordered_keys_racing_claimers};
+pub use ordering_aside::ordered_retries_step_aside;
+pub use ordering_unique::unique_and_ordering_keys;
 pub use rate::{rate_limit_racing_claimers, rate_limits};
 pub use rate_keys::{
     rate_limits_per_key, rate_limits_per_key_read_past_a_backlog,

@@ -87,6 +87,7 @@ pub async fn ordered_keys(broker: Arc<dyn Broker>) {
     let retry = Outcome::Retry {
         delay: Duration::from_secs(10),
         error: "later".into(),
+        step_aside: false,
     };
     settle(&broker, one(a1, held.lease, retry)).await;
     settle(&broker, one(b1, held.lease, Outcome::Ack)).await;

@@ -27,6 +27,7 @@ pub async fn retry_counts_attempts(broker: Arc<dyn Broker>) {
     let retry = Outcome::Retry {
         delay: Duration::from_secs(5),
         error: "first failure".into(),
+        step_aside: false,
     };
     let report = settle(&broker, one(id, held.lease, retry)).await;
     assert_eq!(report.applied, 1, "retry applied");
@@ -209,6 +210,7 @@ pub async fn payloads_survive_every_return(broker: Arc<dyn Broker>) {
                 Outcome::Retry {
                     delay: Duration::ZERO,
                     error: "once more".into(),
+                    step_aside: false,
                 }
             },
         })
@@ -244,6 +246,7 @@ pub async fn settle_batch_is_per_job(broker: Arc<dyn Broker>) {
                 outcome: Outcome::Retry {
                     delay: Duration::ZERO,
                     error: "again".into(),
+                    step_aside: false,
                 },
             },
             Settlement {

@@ -69,6 +69,7 @@ pub async fn unique_keys(broker: Arc<dyn Broker>) {
     let retry = Outcome::Retry {
         delay: Duration::from_secs(10),
         error: "later".into(),
+        step_aside: false,
     };
     settle(&broker, one(u, held.lease, retry)).await;
     let again = put(&broker, vec![keyed("q", "u", unfinished)]).await;
@@ -159,12 +160,16 @@ pub async fn unique_keys(broker: Arc<dyn Broker>) {
 }
 
 /// 8 producers race to enqueue the same 100 keys, each in its own order and in batches
-/// of 10: exactly one job per key is stored, and every answer for a key names it.
+/// of 10: exactly one job per key is stored, and every answer for a key names it. Where
+/// the broker keeps ordering keys, each job has one of 10 too, and each of those ends with
+/// one job due and the others waiting behind it.
 pub async fn unique_keys_racing_producers(broker: Arc<dyn Broker>) {
     if !enforces_keys(&broker, "unique_keys_racing_producers").await {
         return;
     }
     const KEYS: usize = 100;
+    // Where the broker keeps ordering keys, each job has one of 10 besides.
+    let ordered = broker.capabilities().ordered;
     let mut tasks = Vec::new();
     for producer in 0..8usize {
         let broker = broker.clone();
@@ -176,7 +181,14 @@ pub async fn unique_keys_racing_producers(broker: Arc<dyn Broker>) {
             for chunk in order.chunks(10) {
                 let jobs = chunk
                     .iter()
-                    .map(|k| NewJob::new("race", vec![producer as u8]).unique_key(format!("k{k}")))
+                    .map(|k| {
+                        let job =
+                            NewJob::new("race", vec![producer as u8]).unique_key(format!("k{k}"));
+                        match ordered {
+                            true => job.ordering_key(format!("o{}", k % 10)),
+                            false => job,
+                        }
+                    })
                     .collect();
                 let done = broker.enqueue_reported(jobs).await.unwrap();
                 answers.extend(chunk.iter().copied().zip(done));
@@ -203,7 +215,14 @@ pub async fn unique_keys_racing_producers(broker: Arc<dyn Broker>) {
         );
     }
     let c = counts(&broker, "race").await;
-    assert_eq!(c.pending, KEYS as u64, "one job per key in the queue");
+    match ordered {
+        true => assert_eq!(
+            (c.pending, c.scheduled),
+            (10, KEYS as u64 - 10),
+            "one job per key in the queue: each ordering key's first due, the others waiting"
+        ),
+        false => assert_eq!(c.pending, KEYS as u64, "one job per key in the queue"),
+    }
 }
 
 /// A snoozed job goes back to its queue for the delay, its attempt not charged and no

@@ -31,7 +31,7 @@ mod stop;
 pub use batch::batch_sizes;
 pub use control::{cancel_before_start, pause_and_resume, worker_listed_while_running};
 pub use groups::group_completes_once;
-pub use ordering::ordered_keys_run_in_order;
+pub use ordering::{ordered_keys_run_in_order, ordered_retries_step_aside_in_workers};
 pub use periodic::periodic_slots_enqueued_once;
 pub use rate::{rate_limit_holds_across_workers, rate_limit_per_key_holds_across_workers};
 pub use run::{

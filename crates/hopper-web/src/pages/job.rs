@@ -70,7 +70,7 @@ fn job_body(app: &App, r: &JobRecord) -> Markup {
                     dt { "ordering key" }
                     dd #ordering-key {
                         code { (key) }
-                        @if r.blocked { " — waits for an earlier job of this key" }
+                        @if r.blocked { " — waits for its turn on this key" }
                     }
                 }
                 @if let Some(key) = &r.rate_key { dt { "rate key" } dd #rate-key { code { (key) } } }

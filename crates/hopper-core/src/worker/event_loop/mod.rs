@@ -160,6 +160,7 @@ impl EventLoop {
         );
         let ctx = Arc::new(PoolContext {
             timeouts: queues.iter().map(|q| q.opts.timeout).collect(),
+            holds_keys: queues.iter().map(|q| q.opts.retries_hold_key).collect(),
             timed: queues.iter().map(|q| q.sizer.is_some()).collect(),
             expired: leases.expired.clone(),
             polls: queues.iter().map(|_| Default::default()).collect(),

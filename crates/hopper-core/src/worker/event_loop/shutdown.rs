@@ -147,12 +147,13 @@ impl EventLoop {
             };
             let qi = work.queue();
             let q = &mut self.queues[qi];
+            let holds_key = q.opts.retries_hold_key;
             q.busy -= 1;
             q.in_handoffs -= held.len().min(q.in_handoffs);
             for job in held {
                 tracing::warn!(id = %job.id, "grace period over: stopping a handler that did not finish");
                 let error = "stopped at shutdown: the handler was still running when the grace period ended";
-                let outcome = outcome_of(job.attempts, Err(error.to_owned()), &retry);
+                let outcome = outcome_of(job.attempts, Err(error.to_owned()), &retry, holds_key);
                 self.settle_and_count(job.id, job.lease, outcome, Some(qi), st);
             }
         }
