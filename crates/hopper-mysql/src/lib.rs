@@ -24,9 +24,9 @@
 //! passing over failed jobs that stepped aside and are not due yet) and lets it run. A
 //! retry that steps aside moves its job behind the key under the same lock, when other
 //! jobs of the key wait, and lets the next run. Each reads after the other committed, so
-//! neither misses what the other did (see `queries::ordering`). Plain enqueues are the plain `INSERT`, and
-//! settlements under a lease whose claim took no job with a key are the statements they
-//! were. Heartbeats delete the rows of keys without jobs, as they do lapsed holds.
+//! neither misses what the other did (see `queries::ordering`). Plain enqueues are the
+//! plain `INSERT`, and settlements under a lease whose claim took no job with a key are
+//! the statements they were. Heartbeats delete the rows of keys without jobs, as they do lapsed holds.
 //!
 //! A queue may have a rate limit: at most `max` of its jobs start in any window of `per`,
 //! whichever process claims them. Its row of `hopper_rate_limits` holds the limit and the

@@ -8,7 +8,7 @@
 -- an enqueue stores jobs with none and a re-drive puts dead letters back with none.
 --
 -- hopper_unblock takes the time to judge "its time has come" by (NULL: the server's), so
--- a broker on a test clock passes its own. Its old two-argument form is dropped first, so
+-- a broker on a test clock passes its own, and a settlement the time it retried the job. Its old two-argument form is dropped first, so
 -- that callers with two arguments reach this one rather than find two that fit.
 DROP FUNCTION {schema}.hopper_unblock(text[], text[]);
 
@@ -60,34 +60,48 @@ BEGIN
 END
 $$;
 
--- Steps the named jobs aside, each just retried by the calling settlement (pending again
--- at its retry time), and returns how many jobs it unblocked. Under the keys' locks, a job
--- whose key has another unfinished job (all blocked behind it, as it was the key's head)
--- is blocked too, and hopper_unblock then lets the key's next job go, which may be the
--- job itself when nothing else is due sooner. A job alone on its key keeps it. The keys
--- are read before the locks: a job's key never changes.
-CREATE FUNCTION {schema}.hopper_step_aside(p_ids bigint[], p_now bigint)
-    RETURNS integer
+-- What a settlement does to its keys, from its own statement (settle.sql): the keys of the
+-- jobs it ended (p_queues, p_keys) move on, and the jobs it retried stepping aside
+-- (p_aside, each pending again at its retry time) step aside. Returns how many jobs it
+-- unblocked. Every key, of both kinds, is locked in one call, in the one order every caller
+-- takes them, so that a settlement that ends a job of one key and steps a job of another
+-- aside never holds one while it waits for the other against an enqueue taking both.
+-- A job stepping aside whose key has another unfinished job (all blocked behind it, as it
+-- was the key's head) is blocked too, and hopper_unblock then lets each key's next job go:
+-- for a key stepped aside, it may be the job itself when nothing else is due sooner. A job
+-- alone on its key keeps it. The keys of the jobs stepping aside are read before the locks:
+-- a job's key never changes.
+CREATE FUNCTION {schema}.hopper_settle_lines(
+    p_queues text[], p_keys text[], p_aside bigint[], p_now bigint
+) RETURNS integer
     LANGUAGE plpgsql VOLATILE
     AS $$
 DECLARE
-    queues text[];
-    keys text[];
+    queues text[] := coalesce(p_queues, '{}');
+    keys text[] := coalesce(p_keys, '{}');
+    aside_queues text[];
+    aside_keys text[];
 BEGIN
-    SELECT array_agg(j.queue), array_agg(j.ordering_key) INTO queues, keys
-    FROM {schema}.hopper_jobs AS j
-    WHERE j.id = ANY (p_ids) AND j.ordering_key IS NOT NULL;
-    IF keys IS NULL THEN
+    IF p_aside IS NOT NULL THEN
+        SELECT array_agg(j.queue), array_agg(j.ordering_key) INTO aside_queues, aside_keys
+        FROM {schema}.hopper_jobs AS j
+        WHERE j.id = ANY (p_aside) AND j.ordering_key IS NOT NULL;
+        queues := queues || coalesce(aside_queues, '{}');
+        keys := keys || coalesce(aside_keys, '{}');
+    END IF;
+    IF cardinality(keys) = 0 THEN
         RETURN 0;
     END IF;
     PERFORM {schema}.hopper_lock_lines(queues, keys);
-    UPDATE {schema}.hopper_jobs AS t
-    SET run_at = t.run_at + 4611686018427387904
-    WHERE t.id = ANY (p_ids) AND t.ordering_key IS NOT NULL
-      AND t.state + 0 = 0 AND t.run_at + 0 <= 253402300799999
-      AND EXISTS (SELECT FROM {schema}.hopper_jobs AS o
-                  WHERE o.queue = t.queue AND o.ordering_key = t.ordering_key
-                    AND o.ordering_key IS NOT NULL AND o.state <= 1 AND o.id <> t.id);
+    IF aside_keys IS NOT NULL THEN
+        UPDATE {schema}.hopper_jobs AS t
+        SET run_at = t.run_at + 4611686018427387904
+        WHERE t.id = ANY (p_aside) AND t.ordering_key IS NOT NULL
+          AND t.state + 0 = 0 AND t.run_at + 0 <= 253402300799999
+          AND EXISTS (SELECT FROM {schema}.hopper_jobs AS o
+                      WHERE o.queue = t.queue AND o.ordering_key = t.ordering_key
+                        AND o.ordering_key IS NOT NULL AND o.state <= 1 AND o.id <> t.id);
+    END IF;
     RETURN {schema}.hopper_unblock(queues, keys, p_now);
 END
 $$;

@@ -1,17 +1,19 @@
 -- Kinds: 0 ack, 1 retry, 2 dead letter, 3 release, 4 cancel, 5 snooze, 6 retry stepping
 -- aside. A snooze is a retry after $4's delay that charges no attempt (as a release) and
 -- records no error. A retry stepping aside is a retry whose job, when it has an ordering
--- key, then lets the key's next job run (`stepped`, 0017_retries_step_aside.sql).
--- Returns each settled job's id, and a NULL for each of `grouped` and `unblocked` that put
--- a job in reach of the workers (who are then woken).
+-- key, then lets the key's next job run (see hopper_settle_lines in
+-- 0017_retries_step_aside.sql).
+-- Returns each settled job's id, and a NULL for each of `grouped` and `lines` that put a
+-- job in reach of the workers (who are then woken).
 --
 -- A keyed job (0010_ordering_keys.sql) that ended (completed, dead or cancelled) frees its
--- key's next job in `unblocked`, and a member of a group (0012_groups.sql) that ended is
--- counted in `grouped`, which enqueues the completion job of a group it leaves done. Both
--- run in this statement, so no crash can come between a job's end and its key's next or
--- its group's count, and keyed jobs pay no second round trip. The functions' statements
--- take snapshots of their own, after this statement's changes, and for plain jobs each is
--- an aggregate over no rows: the function is not run.
+-- key's next job in `lines`, where the jobs stepping aside step aside under the same
+-- locks, and a member of a group (0012_groups.sql) that ended is counted in `grouped`,
+-- which enqueues the completion job of a group it leaves done. Both run in this statement,
+-- so no crash can come between a job's end and its key's next or its group's count, and
+-- keyed jobs pay no second round trip. The functions' statements take snapshots of their
+-- own, after this statement's changes, and for plain jobs each is an aggregate over no
+-- rows: the function is not run.
 --
 -- `t.state + 0 = 1` rather than `t.state = 1`: it keeps the planner on the primary key. The
 -- plain form lets it use the partial index of leased jobs, which statistics taken while
@@ -70,20 +72,19 @@ grouped AS (
                 WHERE group_name IS NOT NULL) AS m) AS e
     WHERE e.names IS NOT NULL
 ),
-unblocked AS (
-    SELECT {schema}.hopper_unblock(e.queues, e.keys, $6::bigint) AS n
-    FROM (SELECT array_agg(k.queue) AS queues, array_agg(k.ordering_key) AS keys
-          FROM (SELECT queue, ordering_key FROM acked WHERE ordering_key IS NOT NULL
+lines AS (
+    -- The retry's own time for the jobs stepping aside: the server's clock, read again,
+    -- would have moved on.
+    SELECT {schema}.hopper_settle_lines(e.queues, e.keys, e.aside, (SELECT ms FROM now)) AS n
+    FROM (SELECT array_agg(k.queue) FILTER (WHERE k.ordering_key IS NOT NULL) AS queues,
+                 array_agg(k.ordering_key) FILTER (WHERE k.ordering_key IS NOT NULL) AS keys,
+                 array_agg(k.aside) FILTER (WHERE k.aside IS NOT NULL) AS aside
+          FROM (SELECT queue, ordering_key, NULL::bigint AS aside FROM acked
+                WHERE ordering_key IS NOT NULL
                 UNION ALL
-                SELECT queue, ordering_key FROM changed
-                WHERE ordering_key IS NOT NULL) AS k) AS e
-    WHERE e.keys IS NOT NULL
-),
-stepped AS (
-    -- The retry's own time: the server's clock, read again, would have moved on.
-    SELECT {schema}.hopper_step_aside(e.ids, (SELECT ms FROM now)) AS n
-    FROM (SELECT array_agg(aside) AS ids FROM changed WHERE aside IS NOT NULL) AS e
-    WHERE e.ids IS NOT NULL
+                SELECT queue, ordering_key, aside FROM changed
+                WHERE ordering_key IS NOT NULL OR aside IS NOT NULL) AS k) AS e
+    WHERE e.keys IS NOT NULL OR e.aside IS NOT NULL
 )
 SELECT id FROM acked
 UNION ALL
@@ -91,6 +92,4 @@ SELECT id FROM changed
 UNION ALL
 SELECT NULL FROM grouped WHERE fired > 0
 UNION ALL
-SELECT NULL FROM unblocked WHERE CASE WHEN n > 0 THEN pg_notify($11, '') IS NOT NULL END
-UNION ALL
-SELECT NULL FROM stepped WHERE CASE WHEN n > 0 THEN pg_notify($11, '') IS NOT NULL END
+SELECT NULL FROM lines WHERE CASE WHEN n > 0 THEN pg_notify($11, '') IS NOT NULL END

@@ -26,18 +26,19 @@ const SWEEP_STEP: i64 = 1000;
 /// start from the first.
 pub(crate) type SweepCursor = Option<(String, String)>;
 
-/// Enqueues a batch in which some jobs have a unique, an ordering or a rate key or a group (see
-/// [`crate::groups::enqueue`], which counts members), in order. A job whose unique key an
-/// earlier job of the batch has is not stored and answers as that one did; one whose key
+/// Enqueues a batch in which some jobs have a unique, an ordering or a rate key or a group
+/// (see [`crate::groups::enqueue`], which counts members), in order. A job whose unique key
+/// an earlier job of the batch has is not stored and answers as that one did; one whose key
 /// is held by a job whose hold still stands is not stored and answers with the holder;
-/// every other job is inserted as [`queries::enqueue`] does and, with a key, takes it,
-/// over a stale holder if there was one. A stored job with a key keeps it in its row too
-/// (`INSERT_KEYED_JOB`), for its record, after the hold ends. A job with an ordering key
-/// is inserted by `INSERT_ORDERED_JOB` (`INSERT_UNIQUE_ORDERED_JOB` with a unique key too),
-/// blocked behind the pending and leased jobs of its key, those stored earlier in the
-/// batch included: a duplicate, never stored, holds no place on its key; a member of a group (never with a key of either
-/// kind) by `INSERT_MEMBER_JOB`, with its group. A job with a rate key is given it by
-/// `SET_RATE_KEY` after its insert, whichever statement inserted it.
+/// every other job is inserted as [`queries::enqueue`] does and, with a key, takes it, over
+/// a stale holder if there was one. A stored job with a key keeps it in its row too
+/// (`INSERT_KEYED_JOB`), for its record, after the hold ends. A job with an ordering key is
+/// inserted by `INSERT_ORDERED_JOB` (`INSERT_UNIQUE_ORDERED_JOB` with a unique key too),
+/// blocked behind the pending and leased jobs of its key, those stored earlier in the batch
+/// included: a duplicate, never stored, holds no place on its key; a member of a group
+/// (never with a key of either kind) by `INSERT_MEMBER_JOB`, with its group. A job with a
+/// rate key is given it by `SET_RATE_KEY` after its insert, whichever statement inserted
+/// it.
 ///
 /// The holder is looked up before the job is inserted, rather than the job inserted and
 /// then deleted again on finding the key held: the writer is alone in the file, so the

@@ -1,13 +1,20 @@
 //! Ordered keys: jobs of a queue that share an [ordering key](super::NewJob::ordering_key)
 //! run one at a time, in the order they were enqueued, across every worker.
 //!
-//! Of the unfinished jobs (pending or leased) of a key, only the one with the smallest id
-//! can be claimed: the key's head. The others wait *blocked*: pending, with their `run_at`
-//! moved [`BLOCKED`] milliseconds into the future, past [`MAX_RUN_AT`], so that no claim
-//! ever reaches them and claims of plain jobs run exactly as before. Their own time is
-//! the stored one less that offset ([`own_run_at`]). When the head ends (completed, dead-lettered or cancelled), the broker
-//! unblocks the next job of the key; a head that is retried, released or snoozed stays the
-//! head, so the jobs after it keep waiting.
+//! Of the unfinished jobs (pending or leased) of a key, only one can be claimed: the key's
+//! head. The others wait *blocked*: pending, with their `run_at` moved [`BLOCKED`]
+//! milliseconds into the future, past [`MAX_RUN_AT`], so that no claim ever reaches them
+//! and claims of plain jobs run exactly as before. Their own time is the stored one less
+//! that offset ([`own_run_at`]).
+//!
+//! When the head ends (completed, dead-lettered or cancelled), the broker unblocks the
+//! key's next job: the first blocked one by id, passing over jobs that stepped aside and
+//! whose own time has not come; when every one is such, the one due first. A head that is
+//! retried, released or snoozed stays the head, so the jobs after it keep waiting; one
+//! retried with [`Outcome::Retry`](crate::Outcome::Retry)'s `step_aside` is blocked at its
+//! retry time when other jobs of its key wait, and the next is chosen as when a head ends.
+//! A stepped-aside job is the only blocked job with an attempt charged: enqueues and
+//! re-drives block jobs with none.
 //!
 //! Brokers decide, in the same transaction and under the key's lock, whether a new job is
 //! blocked (some unfinished job of its key exists) and whether the next one is unblocked

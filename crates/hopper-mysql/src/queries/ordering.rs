@@ -36,10 +36,10 @@
 //! the runnable job still there while a settlement is ending it (or stepping it aside)
 //! stores its job blocked, and the settlement, which takes the key's row after it, then
 //! finds that job and unblocks it (or steps aside for it); one that comes after the
-//! settlement finds the job gone, or behind its key, and whatever it unblocked. Enqueues
-//! of one key take turns on its row and insert after taking it, so ids within a key follow
-//! commit order. Locks are taken in one order, a job's row before its key's: an enqueue holds
-//! keys and waits for no job, so it and a settlement never deadlock on each other.
+//! settlement finds the job gone, or behind its key, and whatever it unblocked. Enqueues of
+//! one key take turns on its row and insert after taking it, so ids within a key follow
+//! commit order. Locks are taken in one order, a job's row before its key's: an enqueue
+//! holds keys and waits for no job, so it and a settlement never deadlock on each other.
 //!
 //! The one race outside the key's row is a cancel of a waiting job, which locks only that
 //! job: an unblock that picked it waits for the cancel, finds it gone, and reads the next

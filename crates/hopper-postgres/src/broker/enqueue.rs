@@ -2,15 +2,15 @@
 //! the caller's own transaction ([`PgBroker::enqueue_in`]).
 //!
 //! A batch without unique keys is one insert (enqueue.sql) that never reads the table of
-//! keys. A batch with keys takes enqueue_unique.sql, still one statement: it takes each
-//! key or finds its holder, and stores only the jobs that took theirs (or have none). A
-//! batch with ordering keys takes enqueue_ordered.sql, one statement too (see
-//! `ordering`), and one with both enqueue_unique_ordered.sql. A batch with members of groups takes enqueue_group.sql, one statement
-//! that also counts them, or refuses the whole batch when one of its groups is sealed
-//! (see `groups`). Rate keys go in the same statement: in the insert of enqueue.sql's
-//! form (enqueue_rated.sql) and of enqueue_unique.sql, and beside ordering keys or groups
-//! through functions that store the jobs and then their keys (`*_rated.sql`). A batch may
-//! not hold both unique keys and members of groups.
+//! keys. A batch with keys takes enqueue_unique.sql, still one statement: it takes each key
+//! or finds its holder, and stores only the jobs that took theirs (or have none). A batch
+//! with ordering keys takes enqueue_ordered.sql, one statement too (see `ordering`), and
+//! one with both enqueue_unique_ordered.sql. A batch with members of groups takes
+//! enqueue_group.sql, one statement that also counts them, or refuses the whole batch when
+//! one of its groups is sealed (see `groups`). Rate keys go in the same statement: in the
+//! insert of enqueue.sql's form (enqueue_rated.sql) and of enqueue_unique.sql, and beside
+//! ordering keys or groups through functions that store the jobs and then their keys
+//! (`*_rated.sql`). A batch may not hold both unique keys and members of groups.
 
 use hopper_core::job::earlier_with_key;
 use hopper_core::{
@@ -224,19 +224,19 @@ fn lost_a_race(e: &sqlx::Error) -> bool {
 }
 
 /// A batch ready to send: the columns of the jobs sent, and their keys when any has one.
+/// Every array holds the jobs sent only: a job whose unique key an earlier job of the
+/// batch has is answered by [`Keys::answers`], not sent.
 struct Batch {
     arrays: EnqueueArrays,
     /// The broker's clock, or `None` for the database's: one reading for the whole batch,
     /// its run times, creation times and the ends of its keys' periods alike.
     now: Option<Millis>,
     keys: Option<Keys>,
-    /// Each job's ordering key, when any job has one (never beside unique keys: the
-    /// batch was refused).
+    /// Each job's ordering key, when any job has one.
     ordering: Option<Vec<Option<String>>>,
     /// Each job's group, when any job is a member of one (never beside unique keys).
     groups: Option<Vec<Option<String>>>,
-    /// Each job's rate key, when any job has one; of the jobs sent only, beside unique
-    /// keys.
+    /// Each job's rate key, when any job has one.
     rate: Option<Vec<Option<String>>>,
 }
 

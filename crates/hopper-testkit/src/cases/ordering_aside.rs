@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{Broker, Clock, JobId, LeaseId, NewJob, Outcome};
+use hopper_core::{Broker, Clock, JobId, LeaseId, NewJob, Outcome, Selection, Settlement};
 use tokio::time::advance;
 
 use super::{one, record, settle};
@@ -40,7 +40,10 @@ async fn waits(broker: &Arc<dyn Broker>, id: JobId, t0: i64) -> (bool, i64) {
 /// A failed job that steps aside lets the jobs behind it run, one at a time, and runs
 /// again before those still waiting once its time has come; it keeps its key when none
 /// wait, and when every job left stepped aside the one due first goes next. A retry that
-/// does not step aside still holds the key, and a job without a key ignores the flag.
+/// does not step aside still holds the key, and a job without a key ignores the flag. A
+/// step aside for no time, one settled beside an end of another key's job, and a dead
+/// letter re-driven into a key with a stepped-aside job each keep one job of a key at a
+/// time.
 pub async fn ordered_retries_step_aside(broker: Arc<dyn Broker>) {
     if !broker.capabilities().ordered {
         // Refusing ordering keys is checked by `ordered_keys`.
@@ -156,4 +159,68 @@ pub async fn ordered_retries_step_aside(broker: Arc<dyn Broker>) {
     let lease = claims(&broker, &[d[2]], "d3, not the cancelled d1").await;
     settle(&broker, one(d[2], lease, Outcome::Ack)).await;
     assert!(fetch(&broker, "q", 10, TTL).await.jobs.is_empty());
+
+    // Stepping aside for no time at all: due at once, the job is its key's next again.
+    let z = enqueue(&broker, vec![keyed("z", "z1"), keyed("z", "z2")]).await;
+    let lease = claims(&broker, &[z[0]], "z1").await;
+    settle(&broker, one(z[0], lease, aside(0))).await;
+    assert!(record(&broker, z[1]).await.blocked, "z2 still waits");
+    let lease = claims(&broker, &[z[0]], "z1 again at once").await;
+    settle(&broker, one(z[0], lease, Outcome::Ack)).await;
+    let lease = claims(&broker, &[z[1]], "z2").await;
+    settle(&broker, one(z[1], lease, Outcome::Ack)).await;
+
+    // One settlement that ends a job of one key and steps a job of another aside.
+    let mn = [("m", "m1"), ("m", "m2"), ("n", "n1"), ("n", "n2")];
+    let mn = enqueue(&broker, mn.iter().map(|(k, n)| keyed(k, n)).collect()).await;
+    let lease = claims(&broker, &[mn[0], mn[2]], "m1 and n1").await;
+    let both = vec![
+        Settlement {
+            job: mn[0],
+            lease,
+            outcome: Outcome::Ack,
+        },
+        Settlement {
+            job: mn[2],
+            lease,
+            outcome: aside(30),
+        },
+    ];
+    assert_eq!(settle(&broker, both).await.applied, 2);
+    let lease = claims(&broker, &[mn[1], mn[3]], "m2 after m1, n2 past n1").await;
+    settle(&broker, one(mn[1], lease, Outcome::Ack)).await;
+    settle(&broker, one(mn[3], lease, Outcome::Ack)).await;
+    advance(Duration::from_secs(30)).await;
+    let lease = claims(&broker, &[mn[2]], "n1 at its time").await;
+    settle(&broker, one(mn[2], lease, Outcome::Ack)).await;
+
+    // A dead letter re-driven while a job of its key stepped aside: as a job never run, it
+    // is not passed over, and runs before the stepped-aside one whose time has not come.
+    let r = enqueue(
+        &broker,
+        vec![keyed("r", "r1"), keyed("r", "r2"), keyed("r", "r3")],
+    )
+    .await;
+    let lease = claims(&broker, &[r[0]], "r1").await;
+    settle(&broker, one(r[0], lease, aside(60))).await;
+    let lease = claims(&broker, &[r[1]], "r2 while r1 waits").await;
+    let died = Outcome::DeadLetter { error: "no".into() };
+    settle(&broker, one(r[1], lease, died)).await;
+    let lease = claims(&broker, &[r[2]], "r3 after r2 died").await;
+    let redriven = broker.retry_dead(&Selection::Jobs(vec![r[1]])).await;
+    assert_eq!(redriven.unwrap(), 1);
+    assert!(
+        fetch(&broker, "q", 10, TTL).await.jobs.is_empty(),
+        "r2 waits for r3"
+    );
+    settle(&broker, one(r[2], lease, Outcome::Ack)).await;
+    let lease = claims(&broker, &[r[1]], "r2 before r1, whose time has not come").await;
+    settle(&broker, one(r[1], lease, Outcome::Ack)).await;
+    assert!(
+        fetch(&broker, "q", 10, TTL).await.jobs.is_empty(),
+        "r1 waits for its time"
+    );
+    advance(Duration::from_secs(60)).await;
+    let lease = claims(&broker, &[r[0]], "r1 last").await;
+    settle(&broker, one(r[0], lease, Outcome::Ack)).await;
 }

@@ -29,7 +29,7 @@ async fn runs(broker: &Arc<dyn Broker>, expected: &[JobId], why: &str) {
 }
 
 /// A batch mixing unique keys and ordering keys, and jobs with both: a duplicate answers
-/// its holder and takes no place on its ordering key, so the job of the key after it
+/// its holder and takes no place on its ordering key (which may differ from its holder's), so the job of the key after it
 /// neither waits behind it nor runs beside the key's head; the stored jobs run one at a
 /// time per key, in enqueue order.
 pub async fn unique_and_ordering_keys(broker: Arc<dyn Broker>) {
@@ -45,14 +45,22 @@ pub async fn unique_and_ordering_keys(broker: Arc<dyn Broker>) {
             job("x again", Some("x"), Some("a")),
             job("u", Some("y"), None),
             job("b1", Some("z"), Some("b")),
+            job("x on e", Some("x"), Some("e")),
+            job("e1", None, Some("e")),
         ])
         .await
         .unwrap();
-    let [a1, a2, dup, u, b1] = first[..] else {
+    let [a1, a2, dup, u, b1, dup_e, e1] = first[..] else {
         unreachable!()
     };
     assert_eq!(dup, Enqueued::existing(a1.id), "x twice in one batch");
-    assert!(![a1, a2, u, b1].iter().any(|e| e.existing));
+    assert_eq!(
+        dup_e,
+        Enqueued::existing(a1.id),
+        "x again, on another ordering key"
+    );
+    assert!(![a1, a2, u, b1, e1].iter().any(|e| e.existing));
+    assert!(!record(&broker, e1.id).await.blocked, "e1 waits for no one");
     let rec = record(&broker, a1.id).await;
     assert_eq!(
         (
@@ -87,7 +95,12 @@ pub async fn unique_and_ordering_keys(broker: Arc<dyn Broker>) {
     assert!(!record(&broker, c2.id).await.blocked, "c2 waits for no one");
     assert!(record(&broker, a4.id).await.blocked, "a4 waits");
 
-    runs(&broker, &[a1.id, u.id, b1.id, c2.id], "the heads and u").await;
+    runs(
+        &broker,
+        &[a1.id, u.id, b1.id, e1.id, c2.id],
+        "the heads and u",
+    )
+    .await;
     runs(&broker, &[a2.id], "a2 after a1").await;
     runs(&broker, &[a4.id], "a4 after a2").await;
     assert!(fetch(&broker, "q", 10, TTL).await.jobs.is_empty());

@@ -161,15 +161,22 @@ pub async fn unique_keys(broker: Arc<dyn Broker>) {
 
 /// 8 producers race to enqueue the same 100 keys, each in its own order and in batches
 /// of 10: exactly one job per key is stored, and every answer for a key names it. Where
-/// the broker keeps ordering keys, each job has one of 10 too, and each of those ends with
-/// one job due and the others waiting behind it.
+/// the broker keeps ordering keys, the race runs again on another queue with each job
+/// given one of 10 ordering keys besides, and each of those ends with one job due and the
+/// others waiting behind it.
 pub async fn unique_keys_racing_producers(broker: Arc<dyn Broker>) {
     if !enforces_keys(&broker, "unique_keys_racing_producers").await {
         return;
     }
+    race_on_unique_keys(&broker, "race", false).await;
+    if broker.capabilities().ordered {
+        race_on_unique_keys(&broker, "race-ordered", true).await;
+    }
+}
+
+/// One race of [`unique_keys_racing_producers`] on `queue`, with ordering keys or not.
+async fn race_on_unique_keys(broker: &Arc<dyn Broker>, queue: &'static str, ordered: bool) {
     const KEYS: usize = 100;
-    // Where the broker keeps ordering keys, each job has one of 10 besides.
-    let ordered = broker.capabilities().ordered;
     let mut tasks = Vec::new();
     for producer in 0..8usize {
         let broker = broker.clone();
@@ -183,7 +190,7 @@ pub async fn unique_keys_racing_producers(broker: Arc<dyn Broker>) {
                     .iter()
                     .map(|k| {
                         let job =
-                            NewJob::new("race", vec![producer as u8]).unique_key(format!("k{k}"));
+                            NewJob::new(queue, vec![producer as u8]).unique_key(format!("k{k}"));
                         match ordered {
                             true => job.ordering_key(format!("o{}", k % 10)),
                             false => job,
@@ -208,13 +215,13 @@ pub async fn unique_keys_racing_producers(broker: Arc<dyn Broker>) {
             .filter(|a| !a.existing)
             .map(|a| a.id)
             .collect();
-        assert_eq!(stored.len(), 1, "key k{key}: stored {stored:?}");
+        assert_eq!(stored.len(), 1, "{queue}: key k{key}: stored {stored:?}");
         assert!(
             answers.iter().all(|a| a.id == stored[0]),
-            "key k{key}: every answer names the stored job: {answers:?}"
+            "{queue}: key k{key}: every answer names the stored job: {answers:?}"
         );
     }
-    let c = counts(&broker, "race").await;
+    let c = counts(broker, queue).await;
     match ordered {
         true => assert_eq!(
             (c.pending, c.scheduled),

@@ -54,8 +54,8 @@ pub async fn ordered_keys_run_in_order(target: Target) {
 
 /// The same run with `retries_hold_key(false)`: a failed job steps aside, so the key's
 /// next jobs run during its backoff. The calls of a key still never overlap, each job's
-/// attempts come in order, and first attempts come in enqueue order; and most failures let
-/// another job of the key run next.
+/// attempts come in order, and first attempts come in enqueue order; and nine failures in
+/// ten or more let another job of the key run next.
 pub async fn ordered_retries_step_aside_in_workers(target: Target) {
     let name = "ordered_retries_step_aside_in_workers";
     let calls = run_keys(target, false, name).await;
@@ -91,8 +91,10 @@ pub async fn ordered_retries_step_aside_in_workers(target: Target) {
         }
     }
     println!("{name}: {passed} of {failures} failed attempts let another job of the key run");
+    // A failure keeps its key only when no job of the key waits that it could let pass:
+    // at the end of a key's line, or behind jobs all stepped aside and due later.
     assert!(
-        passed * 2 > failures,
+        passed * 10 >= failures * 9,
         "{passed} of {failures} failures stepped aside"
     );
 }
