@@ -10,6 +10,7 @@ mod postgres {
     mod list_plans;
     mod migrations;
     mod ordering;
+    mod ordering_locks;
     mod partition;
     mod pausing;
     mod plans;
