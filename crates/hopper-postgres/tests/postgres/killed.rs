@@ -1,8 +1,8 @@
 //! Connections the server ends (`pg_terminate_backend`, as an operator or a failover
 //! does): the broker opens new ones, and the fetch, settlement, renewal or enqueue that
 //! found its connection ended is sent again on a new one at once, instead of failing and
-//! leaving the worker to back off. Each broker here names its connections (`application_name`) so the
-//! test ends its own and no other test's.
+//! leaving the worker to back off. Each broker here names its connections
+//! (`application_name`) so the test ends its own and no other test's.
 
 use std::time::Duration;
 
@@ -45,9 +45,38 @@ async fn calls_on_connections_the_server_ended_succeed_on_new_ones() {
     broker.enqueue(jobs).await.unwrap();
     // Three calls at once leave three idle connections for calls, which the first
     // termination below ends with the rest: the renewal's one resend, after the first
-    // dead one, must not land on another.
-    let (a, b, c) = tokio::join!(broker.counts("q"), broker.counts("q"), broker.counts("q"));
-    assert!(a.is_ok() && b.is_ok() && c.is_ok());
+    // dead one, must not land on another. The calls wait behind a lock of the table until
+    // all three hold a connection: on a busy machine, calls merely started together can
+    // find the one before done already, and share its connection.
+    let mut locker = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let lock = format!("BEGIN; LOCK TABLE {name}.hopper_jobs IN ACCESS EXCLUSIVE MODE");
+    sqlx::raw_sql(&lock).execute(&mut locker).await.unwrap();
+    let calls = {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            let (a, b, c) =
+                tokio::join!(broker.counts("q"), broker.counts("q"), broker.counts("q"));
+            a.is_ok() && b.is_ok() && c.is_ok()
+        })
+    };
+    let waiting = "SELECT count(*) FROM pg_stat_activity
+                   WHERE application_name = $1 AND wait_event_type = 'Lock'";
+    let mut n = 0;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        n = sqlx::query_scalar::<_, i64>(waiting)
+            .bind(&app)
+            .fetch_one(&mut locker)
+            .await
+            .unwrap();
+        if n == 3 {
+            break;
+        }
+    }
+    sqlx::raw_sql("COMMIT").execute(&mut locker).await.unwrap();
+    locker.close().await.unwrap();
+    assert_eq!(n, 3, "three calls waiting at once");
+    assert!(calls.await.unwrap(), "three calls answered");
     let ttl = Duration::from_secs(60);
     let first = broker.fetch(FetchRequest::one("q", 2, ttl)).await.unwrap();
     let acks = first.jobs.iter().map(Settlement::ack).collect();
