@@ -174,7 +174,7 @@ pub(crate) fn settle_ended(
 }
 
 /// After a re-drive put dead letters of `lines` back blocked (`RETRY_DEAD`), unblocks the
-/// first job of each of those keys that has no head.
+/// next job of each of those keys that has no head, as when a head ends ([`head_ended`]).
 pub(crate) fn redriven(
     conn: &Connection,
     lines: &BTreeSet<Line>,
@@ -183,9 +183,15 @@ pub(crate) fn redriven(
     if lines.is_empty() {
         return Ok(());
     }
-    let mut unblock = conn.prepare_cached(sql::UNBLOCK_REDRIVEN)?;
+    let mut has_head = conn.prepare_cached(sql::KEY_HAS_HEAD)?;
     for line in lines {
-        unblock.execute(params![Text(&line.queue), Text(&line.key), BLOCKED, now])?;
+        let headed: bool = has_head
+            .query_row(params![Text(&line.queue), Text(&line.key)], |row| {
+                row.get(0)
+            })?;
+        if !headed {
+            head_ended(conn, line, now)?;
+        }
     }
     Ok(())
 }
@@ -205,7 +211,7 @@ mod tests {
         for text in [
             sql::NEXT_DUE,
             sql::UNBLOCK_NEXT,
-            sql::UNBLOCK_REDRIVEN,
+            sql::KEY_HAS_HEAD,
             sql::MIGRATIONS[8],
         ] {
             assert!(text.contains(&latest), "{text}");

@@ -40,8 +40,6 @@ statements! {
     INSERT_KEYED_JOB = "insert_keyed_job.sql";
     /// The same for a job with an ordering key, stored blocked behind a job of its key.
     INSERT_ORDERED_JOB = "insert_ordered_job.sql";
-    /// The same for a job with a unique key too.
-    INSERT_UNIQUE_ORDERED_JOB = "insert_unique_ordered_job.sql";
     /// The same for a member of a group, which keeps its group until it is counted.
     INSERT_MEMBER_JOB = "insert_member_job.sql";
     /// Dead-letters jobs whose lease expired on their last allowed attempt; returns each
@@ -108,8 +106,8 @@ statements! {
     CANCEL_PENDING = "cancel_pending.sql";
     /// Unblocks the next job of an ordering key whose head ended.
     UNBLOCK_NEXT = "unblock_next.sql";
-    /// Unblocks the first job of an ordering key that has no head, after a re-drive.
-    UNBLOCK_REDRIVEN = "unblock_redriven.sql";
+    /// Whether an ordering key has a head, after a re-drive.
+    KEY_HAS_HEAD = "key_has_head.sql";
     /// Blocks a job with an ordering key that was just retried, stepping aside for the
     /// next jobs of its key, when any wait.
     STEP_ASIDE = "step_aside.sql";
@@ -455,11 +453,10 @@ mod tests {
         ];
         let expected: &[(&str, &[&str])] = &[
             ("INSERT_ORDERED_JOB", &["SCALAR SUBQUERY 1", by_key]),
-            ("INSERT_UNIQUE_ORDERED_JOB", &["SCALAR SUBQUERY 1", by_key]),
             ("UNBLOCK_NEXT", next),
             (
-                "UNBLOCK_REDRIVEN",
-                &[next, &["SCALAR SUBQUERY 4", by_key]].concat(),
+                "KEY_HAS_HEAD",
+                &["SCAN CONSTANT ROW", "SCALAR SUBQUERY 1", by_key],
             ),
             (
                 "STEP_ASIDE",

@@ -13,8 +13,9 @@ pub(crate) const CANCELLED: i64 = 4;
 
 /// Inserts one pending job, created at `now`, with `insert`: `INSERT_JOB`, or a statement
 /// that takes `extra` values after the job's seven (`INSERT_KEYED_JOB` its unique key,
-/// `INSERT_ORDERED_JOB` its ordering key and the blocked offset). Keyed jobs have statements
-/// of their own so that the plain path's statement stays as it was. Returns the job's id.
+/// `INSERT_ORDERED_JOB` its ordering key, the blocked offset and its unique key or NULL).
+/// Keyed jobs have statements of their own so that the plain path's statement stays as it
+/// was. Returns the job's id.
 pub(crate) fn insert_job(
     insert: &mut rusqlite::CachedStatement<'_>,
     job: &NewJob,

@@ -33,7 +33,7 @@ pub(crate) type SweepCursor = Option<(String, String)>;
 /// every other job is inserted as [`queries::enqueue`] does and, with a key, takes it, over
 /// a stale holder if there was one. A stored job with a key keeps it in its row too
 /// (`INSERT_KEYED_JOB`), for its record, after the hold ends. A job with an ordering key is
-/// inserted by `INSERT_ORDERED_JOB` (`INSERT_UNIQUE_ORDERED_JOB` with a unique key too),
+/// inserted by `INSERT_ORDERED_JOB`, with its unique key if it has one,
 /// blocked behind the pending and leased jobs of its key, those stored earlier in the batch
 /// included: a duplicate, never stored, holds no place on its key; a member of a group
 /// (never with a key of either kind) by `INSERT_MEMBER_JOB`, with its group. A job with a
@@ -74,7 +74,8 @@ pub(crate) fn enqueue(
         let Some(unique) = &job.unique else {
             let id = match (&job.ordering_key, &job.group) {
                 (Some(key), _) => {
-                    store::insert_job(&mut insert_ordered, job, now, &[key, &BLOCKED])?
+                    let no_unique: Option<&str> = None;
+                    store::insert_job(&mut insert_ordered, job, now, &[key, &BLOCKED, &no_unique])?
                 }
                 (None, Some(group)) => {
                     let insert = match &mut insert_member {
@@ -98,8 +99,7 @@ pub(crate) fn enqueue(
         }
         let id = match &job.ordering_key {
             Some(key) => {
-                let insert = conn.prepare_cached(sql::INSERT_UNIQUE_ORDERED_JOB);
-                store::insert_job(&mut insert?, job, now, &[key, &BLOCKED, &unique.key])?
+                store::insert_job(&mut insert_ordered, job, now, &[key, &BLOCKED, &unique.key])?
             }
             None => store::insert_job(&mut insert_keyed, job, now, &[&unique.key])?,
         };
