@@ -111,6 +111,14 @@ async fn a_database_of_the_previous_version_gains_ordering_keys() {
     let _ = conn.close().await;
 }
 
+/// The table, access type and key of each step of an [`explain`].
+fn plan_of(steps: &[(String, String, String, String)]) -> Vec<(&str, &str, &str)> {
+    steps
+        .iter()
+        .map(|s| (s.0.as_str(), s.1.as_str(), s.2.as_str()))
+        .collect()
+}
+
 /// `EXPLAIN` of `sql` with `binds` (numbers bound as numbers): each step's table, access
 /// type, key and extra.
 async fn explain(
@@ -172,10 +180,7 @@ async fn ordering_statements_use_their_indexes() {
     // row by its id.
     let heads = file(include_str!("../../sql/ordering_heads.sql"));
     let steps = explain(&mut conn, &heads, &["a", "k15", "b", "k20"]).await;
-    let plan: Vec<(&str, &str, &str)> = steps
-        .iter()
-        .map(|s| (s.0.as_str(), s.1.as_str(), s.2.as_str()))
-        .collect();
+    let plan = plan_of(&steps);
     assert_eq!(
         plan,
         [
@@ -210,10 +215,7 @@ async fn ordering_statements_use_their_indexes() {
     // for keys whose jobs all stepped aside (the only sort).
     let next = file(include_str!("../../sql/ordering_next.sql"));
     let steps = explain(&mut conn, &next, &["0", "a", "k15", "b", "k20"]).await;
-    let plan: Vec<(&str, &str, &str)> = steps
-        .iter()
-        .map(|s| (s.0.as_str(), s.1.as_str(), s.2.as_str()))
-        .collect();
+    let plan = plan_of(&steps);
     assert_eq!(
         plan,
         [
