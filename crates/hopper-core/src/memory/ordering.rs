@@ -1,5 +1,5 @@
-//! Ordering keys in memory: each key's unfinished jobs, so that only the first of them
-//! runs and the next is unblocked when it ends (see [`crate::job::ordering`]).
+//! Ordering keys in memory: each key's unfinished jobs, so that only one of them runs and
+//! the next is unblocked when it ends or steps aside (see [`crate::job::ordering`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
